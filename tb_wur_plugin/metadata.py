@@ -1,0 +1,128 @@
+"""The on-disk protocol of the wur plugin: plugin name, summary metadata, histogram edges.
+
+Everything a writer and a reader must agree on lives here and nowhere else.
+
+Series kinds (``kind`` in the plugin content, a JSON object):
+- ``ratio``: one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂, a float64 scalar per step
+  (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path).
+- ``histogram``: the layer's elementwise ratios |Δw_i| / |w_i| bucketed on the fixed
+  edges below, an int64 vector of ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``).
+  Its tag is ``histogram_tag(layer_tag)``.
+- ``learning_rate``: the optimizer's learning rate, a float64 scalar per step
+  (``DATA_CLASS_SCALAR``), tag ``LEARNING_RATE_TAG``.
+
+Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from tensorboard.compat.proto import summary_pb2
+
+PLUGIN_NAME = "wur"
+
+# Version 1: JSON plugin content, histogram layout below.
+PROTOCOL_VERSION = 1
+
+KIND_RATIO = "ratio"
+KIND_HISTOGRAM = "histogram"
+KIND_LEARNING_RATE = "learning_rate"
+KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE)
+
+RESERVED_TAG_PREFIX = "_wur/"
+LEARNING_RATE_TAG = RESERVED_TAG_PREFIX + "learning_rate"
+_HISTOGRAM_TAG_PREFIX = RESERVED_TAG_PREFIX + "histogram/"
+
+# Histogram edges: 10**LOG10_MIN ... 10**LOG10_MAX, BINS_PER_DECADE bins per decade.
+LOG10_MIN = -10
+LOG10_MAX = 2
+BINS_PER_DECADE = 4
+NUM_BINS = (LOG10_MAX - LOG10_MIN) * BINS_PER_DECADE
+# HISTOGRAM_EDGES[k] = 10 ** (LOG10_MIN + k / BINS_PER_DECADE), k = 0 .. NUM_BINS.
+HISTOGRAM_EDGES: np.ndarray = 10.0 ** (
+    LOG10_MIN + np.arange(NUM_BINS + 1, dtype=np.float64) / BINS_PER_DECADE
+)
+
+# Bucket layout of a histogram's counts vector (length NUM_BUCKETS):
+#   ZERO_BUCKET       ratio == 0
+#   UNDERFLOW_BUCKET  0 < ratio < HISTOGRAM_EDGES[0]
+#   FIRST_BIN + k     HISTOGRAM_EDGES[k] <= ratio < HISTOGRAM_EDGES[k + 1]
+#   OVERFLOW_BUCKET   HISTOGRAM_EDGES[-1] <= ratio < +inf
+#   INF_BUCKET        ratio == +inf (the weight was 0 and moved)
+#   NAN_BUCKET        NaN, or negative (not a ratio)
+ZERO_BUCKET = 0
+UNDERFLOW_BUCKET = 1
+FIRST_BIN = 2
+OVERFLOW_BUCKET = FIRST_BIN + NUM_BINS
+INF_BUCKET = OVERFLOW_BUCKET + 1
+NAN_BUCKET = INF_BUCKET + 1
+NUM_BUCKETS = NAN_BUCKET + 1
+
+
+def histogram_tag(layer_tag: str) -> str:
+    """The tag under which the histograms of `layer_tag` are written."""
+    return _HISTOGRAM_TAG_PREFIX + layer_tag
+
+
+def layer_of_histogram_tag(tag: str) -> str | None:
+    """Inverse of `histogram_tag`; None for a tag that is not a histogram tag."""
+    if tag.startswith(_HISTOGRAM_TAG_PREFIX):
+        return tag[len(_HISTOGRAM_TAG_PREFIX):]
+    return None
+
+
+def is_reserved_tag(tag: str) -> bool:
+    return tag.startswith(RESERVED_TAG_PREFIX)
+
+
+def create_summary_metadata(
+    kind: str, description: str | None = None
+) -> summary_pb2.SummaryMetadata:
+    """A `SummaryMetadata` for a series of the given kind, with its data class set."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown wur series kind {kind!r}; expected one of {KINDS}")
+    content: dict[str, Any] = {"version": PROTOCOL_VERSION, "kind": kind}
+    if kind == KIND_HISTOGRAM:
+        content.update(
+            log10_min=LOG10_MIN, log10_max=LOG10_MAX, bins_per_decade=BINS_PER_DECADE
+        )
+    data_class = (
+        summary_pb2.DATA_CLASS_TENSOR
+        if kind == KIND_HISTOGRAM
+        else summary_pb2.DATA_CLASS_SCALAR
+    )
+    return summary_pb2.SummaryMetadata(
+        summary_description=description or "",
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(content, sort_keys=True).encode("utf-8"),
+        ),
+        data_class=data_class,
+    )
+
+
+def parse_plugin_content(content: bytes) -> dict[str, Any]:
+    """Decode and check the plugin content written by `create_summary_metadata`.
+
+    Raises ValueError for content this version cannot read.
+    """
+    try:
+        parsed = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"wur plugin content is not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("wur plugin content is not a JSON object")
+    version = parsed.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"wur plugin content has no valid version: {version!r}")
+    if version > PROTOCOL_VERSION:
+        raise ValueError(
+            f"wur data of protocol version {version} needs a newer tb-wur-plugin "
+            f"(this one reads up to {PROTOCOL_VERSION})"
+        )
+    if parsed.get("kind") not in KINDS:
+        raise ValueError(f"unknown wur series kind {parsed.get('kind')!r}")
+    return parsed

@@ -1,0 +1,205 @@
+"""Weight-update ratios and `watch`, which logs them around an optimizer step.
+
+For one variable with values w before and w' after a step, Δw = w' − w and
+
+    ratio = ‖Δw‖₂ / ‖w‖₂        (+inf if ‖w‖ = 0 < ‖Δw‖, 0 if both are 0, NaN if not finite)
+
+computed from float64 sums of squares. The elementwise ratios |Δw_i| / |w_i| follow the same
+conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+
+import tensorflow as tf
+from tensorflow.python.ops import summary_ops_v2
+
+from tb_wur_plugin import metadata, summary
+
+
+class WatchedVariable(NamedTuple):
+    tag: str
+    variable: tf.Variable
+
+
+def update_ratios(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf.Tensor:
+    """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above."""
+    if not before:
+        return tf.zeros([0], tf.float64)
+    squared_weights = []
+    squared_updates = []
+    for old, new in zip(before, after):
+        old64 = tf.cast(old, tf.float64)
+        squared_weights.append(tf.reduce_sum(tf.square(old64)))
+        squared_updates.append(tf.reduce_sum(tf.square(tf.cast(new, tf.float64) - old64)))
+    weights = tf.stack(squared_weights)
+    updates = tf.stack(squared_updates)
+    ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
+    finite = tf.math.is_finite(weights) & tf.math.is_finite(updates)
+    return tf.where(finite, ratio, tf.fill(tf.shape(ratio), tf.constant(float("nan"), tf.float64)))
+
+
+def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
+    """|after − before| / |before| elementwise, 0 where nothing moved (at least float32)."""
+    dtype = tf.float64 if before.dtype == tf.float64 else tf.float32
+    old = tf.cast(before, dtype)
+    delta = tf.cast(after, dtype) - old
+    return tf.where(delta == 0, tf.zeros_like(delta), tf.abs(delta) / tf.abs(old))
+
+
+def watched_variables(variables: Any) -> list[WatchedVariable]:
+    """The trainable floating-point variables among `variables`, each with a unique tag.
+
+    The tag is the Keras variable path, else the TensorFlow name without ':0'. A path
+    taken by an earlier variable gets the first suffix '_1', '_2', ... that is no variable's
+    path. Integer and non-trainable variables are skipped; anything that is not a variable
+    raises TypeError, a path in the plugin's reserved namespace ValueError.
+    """
+    if isinstance(variables, (tf.Variable, str, bytes)) or hasattr(variables, "path"):
+        variables = [variables]
+    try:
+        candidates = list(variables)
+    except TypeError:
+        raise TypeError(
+            f"variables must be a variable or an iterable of variables, got "
+            f"{type(variables).__name__}"
+        ) from None
+    kept: list[tuple[str, tf.Variable]] = []
+    seen: set[int] = set()
+    for candidate in candidates:
+        variable = _tf_variable(candidate)
+        if id(variable) in seen:
+            continue
+        seen.add(id(variable))
+        if not getattr(candidate, "trainable", True) or not variable.dtype.is_floating:
+            continue
+        kept.append((_variable_path(candidate), variable))
+    paths = {path for path, _ in kept}
+    taken: set[str] = set()
+    watched = []
+    for path, variable in kept:
+        if metadata.is_reserved_tag(path):
+            raise ValueError(
+                f"variable path {path!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, which "
+                "is reserved for the plugin's own series; rename the layer or variable"
+            )
+        tag, suffix = path, 0
+        while tag in taken or (suffix and tag in paths):  # keep other variables' paths free
+            suffix += 1
+            tag = f"{path}_{suffix}"
+        taken.add(tag)
+        watched.append(WatchedVariable(tag, variable))
+    return watched
+
+
+@contextlib.contextmanager
+def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterator[None]:
+    """Log the weight-update ratio of each of `variables` for the update made in the block.
+
+    Snapshots the variables on entry and writes, on exit, one ratio per variable (and with
+    `histograms=True` the histogram of its elementwise ratios) at `step`, read on entry.
+    When summaries are not being recorded (no default writer, or `record_if` false) it
+    reads, computes and writes nothing. Inside a `tf.function` traced without a default
+    writer it adds no op at all; with a writer and a dynamic `record_if` condition it adds
+    one conditional on entry and one on exit.
+    """
+    watched = watched_variables(variables)
+    if not summary_ops_v2.has_default_writer() or not watched:
+        yield
+        return
+    should_record = tf.summary.should_record_summaries()
+    recording = tf.get_static_value(should_record)
+    if recording is not None and not recording:
+        yield
+        return
+    if step is None:
+        step = tf.summary.experimental.get_step()
+    if step is None:
+        raise ValueError(
+            "wur_summary.watch: no step set; pass step= or call "
+            "tf.summary.experimental.set_step()"
+        )
+    tags = tuple(w.tag for w in watched)
+    tf_variables = [w.variable for w in watched]
+
+    if recording is not None:  # known now: eager, or a static condition in a graph
+        step_value = _read_step(step)
+        before = [v.read_value() for v in tf_variables]
+        yield
+        record = _record_eagerly if tf.executing_eagerly() else _record
+        record(tags, tf_variables, before, step_value, histograms)
+        return
+
+    def snapshot():
+        return _read_step(step), [tf.identity(v.read_value()) for v in tf_variables]
+
+    def no_snapshot():
+        return tf.constant(0, tf.int64), [tf.zeros([0], v.dtype) for v in tf_variables]
+
+    step_value, before = tf.cond(should_record, snapshot, no_snapshot)
+    yield
+    tf.cond(
+        should_record,
+        lambda: _record(tags, tf_variables, before, step_value, histograms),
+        lambda: tf.constant(False),
+    )
+
+
+def _record(
+    tags: tuple[str, ...],
+    variables: list[tf.Variable],
+    before: list[tf.Tensor],
+    step: tf.Tensor,
+    histograms: bool,
+) -> tf.Tensor:
+    """Compute and write the ratios (and histograms) of `variables` since `before`."""
+    after = [v.read_value() for v in variables]
+    ratios = update_ratios(before, after)
+    ratio_metadata = metadata.create_summary_metadata(metadata.KIND_RATIO)
+    histogram_metadata = metadata.create_summary_metadata(metadata.KIND_HISTOGRAM)
+    written = []
+    with tf.summary.record_if(True):
+        for index, tag in enumerate(tags):
+            written.append(summary.write(tag, lambda i=index: ratios[i], step, ratio_metadata))
+            if histograms:
+                written.append(
+                    summary.write(
+                        metadata.histogram_tag(tag),
+                        lambda i=index: summary.bucket_counts(
+                            elementwise_ratios(before[i], after[i])
+                        ),
+                        step,
+                        histogram_metadata,
+                    )
+                )
+    return tf.reduce_all(tf.stack(written))
+
+
+# Eagerly, one traced function per set of variables and tags runs all the ratio ops at once.
+_record_eagerly = tf.function(_record, reduce_retracing=True)
+
+
+def _read_step(step: Any) -> tf.Tensor:
+    return tf.cast(tf.identity(step), tf.int64)
+
+
+def _tf_variable(candidate: Any) -> tf.Variable:
+    if isinstance(candidate, tf.Variable):
+        return candidate
+    inner = getattr(candidate, "value", None)  # a Keras 3 Variable wraps a tf.Variable
+    if isinstance(inner, tf.Variable):
+        return inner
+    raise TypeError(
+        f"wur_summary.watch takes tf.Variable or keras.Variable objects, got "
+        f"{type(candidate).__name__}: {candidate!r:.80}"
+    )
+
+
+def _variable_path(candidate: Any) -> str:
+    path = getattr(candidate, "path", None)
+    if isinstance(path, str) and path:
+        return path
+    name = candidate.name
+    return name[:-2] if name.endswith(":0") else name

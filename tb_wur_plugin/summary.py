@@ -1,0 +1,128 @@
+"""Summary ops of the wur plugin, in the style of `tf.summary`.
+
+Each op writes to the default summary writer at `step` (default:
+`tf.summary.experimental.get_step()`), honours `tf.summary.record_if`, works eagerly and
+inside `tf.function`, and computes nothing when summaries are not being recorded. Eagerly it
+returns a Python bool (True when written); inside a `tf.function`, a boolean tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tb_wur_plugin import metadata
+
+
+def scalar(name: str, data: Any, step: Any = None, description: str | None = None):
+    """Write one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂ (a float scalar) under tag `name`.
+
+    The tag is `name` exactly (name scopes are not prepended), so that it equals the
+    variable path of the layer.
+    """
+    _check_layer_tag(name)
+    value = _float_tensor(data, "wur_summary.scalar", scalar_only=True)
+    return write(
+        name,
+        lambda: tf.cast(value, tf.float64),
+        step,
+        metadata.create_summary_metadata(metadata.KIND_RATIO, description),
+    )
+
+
+def histogram(name: str, data: Any, step: Any = None, description: str | None = None):
+    """Write the distribution of one layer's elementwise ratios |Δw_i| / |w_i|.
+
+    `data` (any shape) is bucketed by `bucket_counts` on the protocol's fixed log10 edges;
+    the counts are written under `metadata.histogram_tag(name)`.
+    """
+    _check_layer_tag(name)
+    values = _float_tensor(data, "wur_summary.histogram", scalar_only=False)
+    return write(
+        metadata.histogram_tag(name),
+        lambda: bucket_counts(values),
+        step,
+        metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, description),
+    )
+
+
+def learning_rate(data: Any, step: Any = None, description: str | None = None):
+    """Write the optimizer's learning rate (a float scalar), shown beside the ratios."""
+    value = _float_tensor(data, "wur_summary.learning_rate", scalar_only=True)
+    return write(
+        metadata.LEARNING_RATE_TAG,
+        lambda: tf.cast(value, tf.float64),
+        step,
+        metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
+    )
+
+
+def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:
+    """Counts of `ratios` (any shape) per bucket of the protocol's layout, int64[NUM_BUCKETS].
+
+    O(N) time and memory: one binary search over the fixed edges per element, then one
+    bincount. Edges are compared in the data's precision (at least float32).
+    """
+    values = tf.reshape(ratios, [-1])
+    if values.dtype not in (tf.float32, tf.float64):
+        values = tf.cast(values, tf.float32)
+    edges = tf.constant(metadata.HISTOGRAM_EDGES, dtype=values.dtype)
+    # 0 below the first edge, NUM_BINS + 1 at or above the last one.
+    position = tf.searchsorted(edges[tf.newaxis, :], values[tf.newaxis, :], side="right")
+    bucket = tf.reshape(position, [-1]) + metadata.UNDERFLOW_BUCKET
+    bucket = tf.where(
+        values > 0,
+        bucket,
+        tf.where(values == 0, metadata.ZERO_BUCKET, metadata.NAN_BUCKET),
+    )
+    bucket = tf.where(values == np.inf, metadata.INF_BUCKET, bucket)
+    return tf.math.bincount(
+        bucket,
+        minlength=metadata.NUM_BUCKETS,
+        maxlength=metadata.NUM_BUCKETS,
+        dtype=tf.int64,
+    )
+
+
+def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
+    """`tf.summary.write` of the lazily computed `data`; a Python bool when eager."""
+    written = tf.summary.write(tag, data, step=step, metadata=summary_metadata)
+    if tf.executing_eagerly():
+        return bool(written)
+    return written
+
+
+def _check_layer_tag(name: Any) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+    if not name:
+        raise ValueError("name must not be empty")
+    if metadata.is_reserved_tag(name):
+        raise ValueError(
+            f"name {name!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, which is reserved "
+            "for the plugin's own series"
+        )
+
+
+def _float_tensor(data: Any, op: str, *, scalar_only: bool) -> tf.Tensor:
+    """`data` as a floating-point tensor, or a TypeError/ValueError naming the problem."""
+    if isinstance(data, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{op}: data must be a float, got {type(data).__name__}: {data!r}")
+    if isinstance(data, (int, float, np.integer)):
+        tensor = tf.constant(float(data), dtype=tf.float64)
+    else:
+        try:
+            tensor = tf.convert_to_tensor(data)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{op}: data must be a float tensor: {e}") from None
+        if not tensor.dtype.is_floating:
+            raise TypeError(f"{op}: data must be floating-point, got dtype {tensor.dtype.name}")
+    if scalar_only:
+        rank = tensor.shape.rank
+        if rank is not None and rank != 0:
+            raise ValueError(f"{op}: data must be a scalar, got shape {tensor.shape}")
+        if rank is None:
+            tensor = tf.reshape(tensor, [])
+    return tensor
