@@ -94,6 +94,28 @@ def watched_variables(variables: Any) -> list[WatchedVariable]:
     return watched
 
 
+def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
+    """The current values of the watched variables (copied only when later overwritten)."""
+    return [w.variable.read_value() for w in watched]
+
+
+def record(
+    watched: Sequence[WatchedVariable],
+    before: Sequence[tf.Tensor],
+    step: Any,
+    histograms: bool = False,
+):
+    """Write the ratio (and histogram) of each watched variable's change since `before`.
+
+    Writes to the default writer regardless of `record_if`: the caller decided to record
+    when it took the snapshot. Eagerly, one traced function computes all ratios at once.
+    """
+    tags = tuple(w.tag for w in watched)
+    variables = [w.variable for w in watched]
+    write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
+    return write(tags, variables, list(before), _read_step(step), histograms)
+
+
 @contextlib.contextmanager
 def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterator[None]:
     """Log the weight-update ratio of each of `variables` for the update made in the block.
@@ -121,40 +143,36 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
             "wur_summary.watch: no step set; pass step= or call "
             "tf.summary.experimental.set_step()"
         )
-    tags = tuple(w.tag for w in watched)
-    tf_variables = [w.variable for w in watched]
 
     if recording is not None:  # known now: eager, or a static condition in a graph
         step_value = _read_step(step)
-        before = [v.read_value() for v in tf_variables]
+        before = snapshot(watched)
         yield
-        record = _record_eagerly if tf.executing_eagerly() else _record
-        record(tags, tf_variables, before, step_value, histograms)
+        record(watched, before, step_value, histograms)
         return
 
-    def snapshot():
-        return _read_step(step), [tf.identity(v.read_value()) for v in tf_variables]
+    def take_snapshot():
+        return _read_step(step), [tf.identity(value) for value in snapshot(watched)]
 
     def no_snapshot():
-        return tf.constant(0, tf.int64), [tf.zeros([0], v.dtype) for v in tf_variables]
+        return tf.constant(0, tf.int64), [tf.zeros([0], w.variable.dtype) for w in watched]
 
-    step_value, before = tf.cond(should_record, snapshot, no_snapshot)
+    step_value, before = tf.cond(should_record, take_snapshot, no_snapshot)
     yield
     tf.cond(
         should_record,
-        lambda: _record(tags, tf_variables, before, step_value, histograms),
+        lambda: record(watched, before, step_value, histograms),
         lambda: tf.constant(False),
     )
 
 
-def _record(
+def _write_ratios(
     tags: tuple[str, ...],
     variables: list[tf.Variable],
     before: list[tf.Tensor],
     step: tf.Tensor,
     histograms: bool,
 ) -> tf.Tensor:
-    """Compute and write the ratios (and histograms) of `variables` since `before`."""
     after = [v.read_value() for v in variables]
     ratios = update_ratios(before, after)
     ratio_metadata = metadata.create_summary_metadata(metadata.KIND_RATIO)
@@ -177,8 +195,7 @@ def _record(
     return tf.reduce_all(tf.stack(written))
 
 
-# Eagerly, one traced function per set of variables and tags runs all the ratio ops at once.
-_record_eagerly = tf.function(_record, reduce_retracing=True)
+_write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
 
 
 def _read_step(step: Any) -> tf.Tensor:

@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="tb-wur-plugin",
+    version="0.1.0",
+    description="TensorBoard plugin and summary writer for per-layer weight-update ratios",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tb_wur_plugin", "tb_wur_plugin.*"]),
+    package_data={"tb_wur_plugin": ["static/*", "http_api.md"]},
+    install_requires=[
+        "tensorflow>=2.16",
+        "keras>=3.0",
+        "tensorboard>=2.16",
+        "werkzeug>=2.0",
+        "numpy>=1.23",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "demo": ["scikit-learn>=1.0"],
+    },
+    entry_points={
+        "tensorboard_plugins": ["wur = tb_wur_plugin.plugin:WURLoader"],
+    },
+)

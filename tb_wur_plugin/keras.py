@@ -1,0 +1,98 @@
+"""`WeightUpdateRatioCallback`: weight-update ratios from `model.fit`, with no change to the model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tb_wur_plugin import ratios, summary
+
+
+class WeightUpdateRatioCallback(keras.callbacks.Callback):
+    """Logs ‖Δw‖₂ / ‖w‖₂ of every trainable variable every `update_freq` optimizer steps.
+
+    A step is the number of updates the optimizer has applied before it, so the logged steps
+    are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs:
+    other steps cost one read of `optimizer.iterations`. A step the optimizer skips (a
+    `LossScaleOptimizer` step with non-finite gradients) writes nothing; the next update,
+    which has the same step number, is logged instead. The learning rate is written at each
+    logged step when it can be read as a number.
+
+    Args:
+      log_dir: directory of the TensorBoard logs; like `keras.callbacks.TensorBoard`, the
+        callback writes into `log_dir/train`.
+      update_freq: log every this many optimizer steps (an int >= 1).
+      histograms: also write the histogram of each variable's elementwise ratios.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, update_freq: int = 100, histograms: bool = False):
+        super().__init__()
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}: {log_dir!r}")
+        if isinstance(update_freq, bool) or not isinstance(update_freq, (int, np.integer)):
+            raise TypeError(
+                f"update_freq must be an int >= 1 (optimizer steps), got {update_freq!r}"
+            )
+        if update_freq < 1:
+            raise ValueError(f"update_freq must be >= 1 (optimizer steps), got {update_freq}")
+        if not isinstance(histograms, bool):
+            raise TypeError(f"histograms must be a bool, got {histograms!r}")
+        self.log_dir = os.fspath(log_dir)
+        self.update_freq = int(update_freq)
+        self.histograms = histograms
+        self._writer = None
+        self._pending = None
+
+    def on_train_begin(self, logs=None):
+        steps_per_execution = getattr(self.model, "steps_per_execution", 1)
+        if steps_per_execution != 1:
+            raise ValueError(
+                "WeightUpdateRatioCallback needs model.compile(steps_per_execution=1), got "
+                f"{steps_per_execution}: Keras then runs several optimizer steps in one call, "
+                "so the change made by a single step cannot be observed. Use "
+                "wur_summary.watch around optimizer.apply in a custom train_step instead."
+            )
+        self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "train"))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy())
+        if step % self.update_freq:
+            return
+        watched = ratios.watched_variables(self.model.trainable_variables)
+        self._pending = (step, watched, ratios.snapshot(watched))
+        rate = _learning_rate(optimizer)
+        if rate is not None:
+            with self._writer.as_default():
+                summary.learning_rate(rate, step=step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._pending is None:
+            return
+        step, watched, before = self._pending
+        self._pending = None
+        if int(self.model.optimizer.iterations.numpy()) == step:
+            return  # the optimizer skipped this update
+        with self._writer.as_default():
+            ratios.record(watched, before, step, self.histograms)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        self._pending = None
+        self._writer.close()
+        self._writer = None
+
+
+def _learning_rate(optimizer: Any) -> float | None:
+    """The learning rate the optimizer applies at its next step, if it is a number."""
+    try:
+        rate = float(np.asarray(optimizer.learning_rate))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return rate
