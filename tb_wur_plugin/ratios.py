@@ -131,6 +131,7 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     if not summary_ops_v2.has_default_writer() or not watched:
         yield
         return
+    summary.check_default_writer_open("wur_summary.watch")
     should_record = tf.summary.should_record_summaries()
     recording = tf.get_static_value(should_record)
     if recording is not None and not recording:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import summary_ops_v2
 
 from tb_wur_plugin import metadata
 
@@ -88,10 +89,25 @@ def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:
 
 def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
     """`tf.summary.write` of the lazily computed `data`; a Python bool when eager."""
+    check_default_writer_open(f"cannot write {tag!r}")
     written = tf.summary.write(tag, data, step=step, metadata=summary_metadata)
     if tf.executing_eagerly():
         return bool(written)
     return written
+
+
+def check_default_writer_open(context: str) -> None:
+    """Raise RuntimeError if the default summary writer is closed.
+
+    Without this check a closed writer fails later with an obscure "resource does not
+    exist". TensorFlow has no public accessor for the default writer.
+    """
+    writer = summary_ops_v2._summary_state.writer
+    if writer is not None and getattr(writer, "_closed", False):
+        raise RuntimeError(
+            f"{context}: the default summary writer is closed "
+            "(create a new one with tf.summary.create_file_writer)"
+        )
 
 
 def _check_layer_tag(name: Any) -> None:

@@ -1,0 +1,76 @@
+"""Test helpers: an independent reader of event files and numpy reference ratios."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+
+import numpy as np
+from tensorboard.backend.event_processing import event_file_loader
+from tensorboard.util import tensor_util
+
+from tb_wur_plugin import metadata
+
+
+def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
+    """tag -> [(step, value, plugin content)] from every event file directly in `logdir`."""
+    series = collections.defaultdict(list)
+    contents = {}
+    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        for event in event_file_loader.EventFileLoader(path).Load():
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name:
+                    contents[value.tag] = value.metadata
+                meta = contents.get(value.tag)
+                assert meta is not None and meta.plugin_data.plugin_name == metadata.PLUGIN_NAME
+                content = json.loads(meta.plugin_data.content)
+                series[value.tag].append(
+                    (event.step, tensor_util.make_ndarray(value.tensor), content)
+                )
+    return dict(series)
+
+
+def ratio_series(logdir: str) -> dict[str, dict[int, float]]:
+    """tag -> {step: ratio} of the ratio series in `logdir`."""
+    return {
+        tag: {step: float(value) for step, value, _ in points}
+        for tag, points in read_events(logdir).items()
+        if points[0][2]["kind"] == metadata.KIND_RATIO
+    }
+
+
+def reference_ratio(before: np.ndarray, after: np.ndarray) -> float:
+    """‖after − before‖ / ‖before‖ in float64, with the contract's special values."""
+    old = np.asarray(before, dtype=np.float64)
+    new = np.asarray(after, dtype=np.float64)
+    if not (np.all(np.isfinite(old)) and np.all(np.isfinite(new))):
+        return float("nan")
+    weight = np.sqrt(np.sum(old**2))
+    update = np.sqrt(np.sum((new - old) ** 2))
+    if update == 0:
+        return 0.0
+    if weight == 0:
+        return float("inf")
+    return float(update / weight)
+
+
+def reference_buckets(values: np.ndarray) -> np.ndarray:
+    """Bucket counts by the protocol's rules, computed with float64 log10 (no searchsorted)."""
+    counts = np.zeros(metadata.NUM_BUCKETS, dtype=np.int64)
+    for x in np.asarray(values, dtype=np.float64).ravel():
+        if np.isnan(x) or x < 0:
+            counts[metadata.NAN_BUCKET] += 1
+        elif x == 0:
+            counts[metadata.ZERO_BUCKET] += 1
+        elif np.isinf(x):
+            counts[metadata.INF_BUCKET] += 1
+        elif x < 10.0**metadata.LOG10_MIN:
+            counts[metadata.UNDERFLOW_BUCKET] += 1
+        elif x >= 10.0**metadata.LOG10_MAX:
+            counts[metadata.OVERFLOW_BUCKET] += 1
+        else:
+            k = int(np.floor((np.log10(x) - metadata.LOG10_MIN) * metadata.BINS_PER_DECADE))
+            counts[metadata.FIRST_BIN + k] += 1
+    return counts

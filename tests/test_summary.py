@@ -1,0 +1,155 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import read_events, reference_buckets
+from tb_wur_plugin import metadata, summary, wur_summary
+
+
+def test_scalar_writes_float64_at_explicit_and_default_step(logdir, writer):
+    with writer.as_default():
+        assert wur_summary.scalar("net/dense/kernel", 1.25e-3, step=7) is True
+        tf.summary.experimental.set_step(8)
+        try:
+            assert wur_summary.scalar("net/dense/kernel", np.float32(2.5e-3)) is True
+        finally:
+            tf.summary.experimental.set_step(None)
+    writer.flush()
+    points = read_events(logdir)["net/dense/kernel"]
+    assert [(step, float(value)) for step, value, _ in points] == [
+        (7, 1.25e-3),
+        (8, float(np.float32(2.5e-3))),
+    ]
+    assert points[0][1].dtype == np.float64
+    assert points[0][2]["kind"] == metadata.KIND_RATIO
+
+
+def test_scalar_tag_is_the_name_exactly_even_in_a_name_scope(logdir, writer):
+    with writer.as_default(), tf.name_scope("train"):
+        wur_summary.scalar("model/dense/kernel", 0.5, step=0)
+    writer.flush()
+    assert list(read_events(logdir)) == ["model/dense/kernel"]
+
+
+def test_nothing_is_written_without_writer_or_when_not_recording(logdir, writer):
+    assert wur_summary.scalar("a", 1.0, step=0) is False
+    assert wur_summary.histogram("a", [1.0], step=0) is False
+    with writer.as_default(), tf.summary.record_if(False):
+        assert wur_summary.scalar("a", 1.0, step=0) is False
+        assert wur_summary.histogram("a", [1.0], step=0) is False
+        assert wur_summary.learning_rate(0.1, step=0) is False
+    writer.flush()
+    assert read_events(logdir) == {}
+
+
+def test_histogram_is_not_computed_when_not_recording(writer, monkeypatch):
+    calls = []
+    monkeypatch.setattr(summary, "bucket_counts", lambda x: calls.append(x))
+    with writer.as_default(), tf.summary.record_if(False):
+        wur_summary.histogram("a", tf.ones([1000]), step=0)
+    assert calls == []
+
+
+def test_no_step_with_a_writer_is_an_error(writer):
+    with writer.as_default(), pytest.raises(ValueError, match="No step set"):
+        wur_summary.scalar("a", 1.0)
+
+
+def test_ops_work_in_tf_function_with_dynamic_record_if(logdir, writer):
+    @tf.function
+    def log(step, value):
+        with tf.summary.record_if(step % 2 == 0):
+            ok = wur_summary.scalar("layer", value, step=step)
+            wur_summary.histogram("layer", tf.fill([10], value), step=step)
+            wur_summary.learning_rate(0.1, step=step)
+        return ok
+
+    with writer.as_default():
+        results = [bool(log(tf.constant(s, tf.int64), tf.constant(0.01 * s))) for s in range(4)]
+    writer.flush()
+    assert results == [True, False, True, False]
+    events = read_events(logdir)
+    assert [step for step, _, _ in events["layer"]] == [0, 2]
+    hist = events[metadata.histogram_tag("layer")]
+    assert [step for step, _, _ in hist] == [0, 2]
+    assert hist[1][1][metadata.FIRST_BIN + 33] == 10  # 0.02 lies in [10^-1.75, 10^-1.5)
+    assert [float(v) for _, v, _ in events[metadata.LEARNING_RATE_TAG]] == [0.1, 0.1]
+
+
+def _mixed_ratios(rng, n):
+    values = 10.0 ** rng.uniform(-12, 3, size=n)
+    # keep away from bucket edges, where float32 and float64 legitimately disagree
+    position = (np.log10(values) - metadata.LOG10_MIN) * metadata.BINS_PER_DECADE
+    values = values[np.abs(position - np.round(position)) > 1e-4]
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-30, 5e2]
+    return np.concatenate([values, specials])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_histogram_counts_match_reference_and_add_up(logdir, writer, dtype):
+    rng = np.random.default_rng(0)
+    data = _mixed_ratios(rng, 5000).astype(dtype)
+    with writer.as_default():
+        assert wur_summary.histogram("layer", data.reshape(-1, 1), step=3)
+    writer.flush()
+    ((step, counts, content),) = read_events(logdir)[metadata.histogram_tag("layer")]
+    assert step == 3 and counts.dtype == np.int64 and counts.shape == (metadata.NUM_BUCKETS,)
+    assert counts.sum() == data.size
+    np.testing.assert_array_equal(counts, reference_buckets(data))
+    assert counts[metadata.ZERO_BUCKET] >= 2
+    assert counts[metadata.INF_BUCKET] == 1
+    assert counts[metadata.NAN_BUCKET] == 3  # NaN, -inf, -1
+    assert content["kind"] == metadata.KIND_HISTOGRAM
+
+
+def test_histogram_edges_are_identical_across_layers_and_steps(logdir, writer):
+    with writer.as_default():
+        for step in range(3):
+            for layer in ("a/kernel", "b/bias"):
+                wur_summary.histogram(layer, tf.random.uniform([50 + step]), step=step)
+    writer.flush()
+    events = read_events(logdir)
+    contents = {str(c) for points in events.values() for _, _, c in points}
+    shapes = {v.shape for points in events.values() for _, v, _ in points}
+    assert len(contents) == 1 and shapes == {(metadata.NUM_BUCKETS,)}
+
+
+def test_bucketing_is_linear_in_size_with_no_one_hot():
+    graph = tf.function(summary.bucket_counts).get_concrete_function(
+        tf.TensorSpec([None], tf.float32)
+    ).graph
+    types = {op.type for op in graph.get_operations()}
+    assert "OneHot" not in types and "LowerBound" not in types
+    assert "UpperBound" in types  # a binary search per element over the fixed edges
+    assert types & {"DenseBincount", "Bincount"}
+
+
+@pytest.mark.parametrize(
+    "call,error,message",
+    [
+        (lambda: wur_summary.scalar("a", "fast"), TypeError, "must be a float"),
+        (lambda: wur_summary.scalar("a", True), TypeError, "must be a float"),
+        (lambda: wur_summary.scalar("a", tf.constant(3)), TypeError, "floating-point"),
+        (lambda: wur_summary.scalar("a", [0.1, 0.2]), ValueError, "must be a scalar"),
+        (lambda: wur_summary.scalar(3, 0.1), TypeError, "name must be a str"),
+        (lambda: wur_summary.scalar("", 0.1), ValueError, "must not be empty"),
+        (lambda: wur_summary.scalar("_wur/x", 0.1), ValueError, "reserved"),
+        (lambda: wur_summary.histogram("a", ["x"]), TypeError, "floating-point"),
+        (lambda: wur_summary.histogram(None, [0.1]), TypeError, "name must be a str"),
+        (lambda: wur_summary.learning_rate(np.ones(3)), ValueError, "must be a scalar"),
+        (lambda: wur_summary.histogram("a", object()), TypeError, "float tensor"),
+    ],
+)
+def test_bad_input_raises_clear_errors(writer, call, error, message):
+    with writer.as_default(), pytest.raises(error, match=message):
+        call()
+
+
+def test_closed_writer_is_a_clear_error(writer):
+    with writer.as_default():
+        writer.close()
+        with pytest.raises(RuntimeError, match="summary writer is closed"):
+            wur_summary.scalar("a", 0.1, step=0)
+        with pytest.raises(RuntimeError, match="summary writer is closed"):
+            with wur_summary.watch([tf.Variable(1.0)], step=0):
+                pass
