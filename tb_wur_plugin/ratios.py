@@ -11,10 +11,10 @@ conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import tensorflow as tf
-from tensorflow.python.ops import summary_ops_v2
 
 from tb_wur_plugin import metadata, summary
 
@@ -112,7 +112,7 @@ def record(
     """
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
-    write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
+    write = _traced_for_default_writer() if tf.executing_eagerly() else _write_ratios
     return write(tags, variables, list(before), _read_step(step), histograms)
 
 
@@ -128,7 +128,7 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     one conditional on entry and one on exit.
     """
     watched = watched_variables(variables)
-    if not summary_ops_v2.has_default_writer() or not watched:
+    if summary.default_writer() is None or not watched:
         yield
         return
     summary.check_default_writer_open("wur_summary.watch")
@@ -196,7 +196,17 @@ def _write_ratios(
     return tf.reduce_all(tf.stack(written))
 
 
-_write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
+# A traced function captures the writer it was traced with and does not retrace for another
+# one, so each writer gets its own.
+_traced_by_writer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _traced_for_default_writer():
+    writer = summary.default_writer()
+    traced = _traced_by_writer.get(writer)
+    if traced is None:
+        traced = _traced_by_writer[writer] = tf.function(_write_ratios, reduce_retracing=True)
+    return traced
 
 
 def _read_step(step: Any) -> tf.Tensor:

@@ -96,13 +96,18 @@ def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
     return written
 
 
+def default_writer() -> tf.summary.SummaryWriter | None:
+    """The default summary writer (TensorFlow has no public accessor for it)."""
+    return summary_ops_v2._summary_state.writer
+
+
 def check_default_writer_open(context: str) -> None:
     """Raise RuntimeError if the default summary writer is closed.
 
     Without this check a closed writer fails later with an obscure "resource does not
-    exist". TensorFlow has no public accessor for the default writer.
+    exist".
     """
-    writer = summary_ops_v2._summary_state.writer
+    writer = default_writer()
     if writer is not None and getattr(writer, "_closed", False):
         raise RuntimeError(
             f"{context}: the default summary writer is closed "

@@ -74,3 +74,38 @@ def reference_buckets(values: np.ndarray) -> np.ndarray:
             k = int(np.floor((np.log10(x) - metadata.LOG10_MIN) * metadata.BINS_PER_DECADE))
             counts[metadata.FIRST_BIN + k] += 1
     return counts
+
+
+def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
+    """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN."""
+    assert set(actual) == set(expected), (sorted(actual), sorted(expected))
+    for key, want in expected.items():
+        got = actual[key]
+        if np.isnan(want) or np.isinf(want):
+            assert np.isnan(got) if np.isnan(want) else got == want, (key, got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=rtol, err_msg=str(key))
+
+
+def mixed_model_and_data(seed: int = 0):
+    """A model with Dense, Conv2D, BatchNormalization, Embedding and LSTM layers, and a batch."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    image = keras.Input((8, 8, 1), name="image")
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    seen = keras.layers.Conv2D(4, 3, name="conv")(image)
+    seen = keras.layers.BatchNormalization(name="norm")(seen)
+    seen = keras.layers.Flatten()(seen)
+    read = keras.layers.Embedding(20, 4, name="embed")(tokens)
+    read = keras.layers.LSTM(5, name="lstm")(read)
+    merged = keras.layers.Concatenate()([seen, read])
+    output = keras.layers.Dense(3, name="head")(merged)
+    model = keras.Model([image, tokens], output, name="mixed")
+    rng = np.random.default_rng(seed)
+    x = [
+        rng.normal(size=(16, 8, 8, 1)).astype("float32"),
+        rng.integers(0, 20, size=(16, 6)).astype("int32"),
+    ]
+    y = rng.normal(size=(16, 3)).astype("float32")
+    return model, x, y

@@ -1,0 +1,248 @@
+import collections
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import (
+    assert_ratios_close,
+    mixed_model_and_data,
+    ratio_series,
+    read_events,
+    reference_ratio,
+)
+from tb_wur_plugin import metadata, ratios, wur_summary
+
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.1),
+    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
+}
+
+
+def _train_with_watch(model, optimizer, x, y, logdir, steps, use_function, histograms=False):
+    """Train `steps` steps under watch; return {(path, step): reference ratio} and grads."""
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        with wur_summary.watch(
+            model.trainable_variables, step=optimizer.iterations, histograms=histograms
+        ):
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return [tf.convert_to_tensor(g) for g in grads]
+
+    step_fn = tf.function(train_step) if use_function else train_step
+    expected, gradients = {}, {}
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default():
+        for step in range(steps):
+            before = [v.numpy() for v in model.trainable_variables]
+            grads = step_fn(x, y)
+            for v, old, g in zip(model.trainable_variables, before, grads):
+                expected[(v.path, step)] = reference_ratio(old, v.numpy())
+                gradients[(v.path, step)] = (old, g.numpy(), v.numpy())
+    writer.close()
+    return expected, gradients
+
+
+def _logged(logdir):
+    return {(tag, step): r for tag, points in ratio_series(logdir).items() for step, r in points.items()}
+
+
+@pytest.mark.parametrize("use_function", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_watch_matches_numpy_reference(logdir, name, use_function):
+    model, x, y = mixed_model_and_data()
+    expected, gradients = _train_with_watch(
+        model, OPTIMIZERS[name](), x, y, logdir, steps=3, use_function=use_function
+    )
+    logged = _logged(logdir)
+    assert_ratios_close(logged, expected, rtol=1e-9)
+    paths = {v.path for v in model.trainable_variables}
+    assert {tag for tag, _ in logged} == paths  # tags are the variable paths
+    assert any("embed" in p for p in paths) and any("lstm" in p for p in paths)
+    assert not any("moving_mean" in p for p in paths)  # non-trainable: not watched
+    if name == "sgd":  # Δw = -lr·g, so the ratio is lr·‖g‖/‖w‖ ...
+        for key, (old, grad, new) in gradients.items():
+            weight = np.linalg.norm(old.astype(np.float64))
+            if weight == 0:
+                assert logged[key] == np.inf
+                continue
+            lr = np.float32(0.1)
+            want = float(lr) * np.linalg.norm(grad.astype(np.float64)) / weight
+            # ... up to the float32 rounding of lr·g and of w - lr·g: an ulp each at most
+            ulps = np.spacing(new).astype(np.float64) + np.spacing(lr * grad).astype(np.float64)
+            rounding = np.linalg.norm(ulps) / weight
+            assert abs(logged[key] - want) <= rounding + 1e-12 * want, (key, logged[key], want)
+
+
+def test_zero_initialised_biases_start_at_inf(logdir):
+    model, x, y = mixed_model_and_data()
+    expected, _ = _train_with_watch(model, OPTIMIZERS["adam"](), x, y, logdir, 2, False)
+    logged = _logged(logdir)
+    assert logged[("head/bias", 0)] == np.inf
+    assert np.isfinite(logged[("head/bias", 1)])
+
+
+def test_watch_histograms_count_every_element(logdir):
+    model, x, y = mixed_model_and_data()
+    _train_with_watch(model, OPTIMIZERS["adam"](), x, y, logdir, 2, True, histograms=True)
+    events = read_events(logdir)
+    for v in model.trainable_variables:
+        points = events[metadata.histogram_tag(v.path)]
+        assert [step for step, _, _ in points] == [0, 1]
+        for step, counts, _ in points:
+            assert counts.sum() == np.prod(v.shape)
+    bias = events[metadata.histogram_tag("head/bias")]
+    assert bias[0][1][metadata.INF_BUCKET] == 3  # every element of a zero bias moved
+
+
+def test_update_ratios_special_values():
+    def ratio(before, after):
+        return ratios.update_ratios([tf.constant(before)], [tf.constant(after)]).numpy()[0]
+
+    assert ratio([0.0, 0.0], [0.0, 0.0]) == 0.0
+    assert ratio([0.0, 0.0], [0.0, 1e-3]) == np.inf
+    assert np.isnan(ratio([np.nan, 1.0], [np.nan, 1.0]))
+    assert np.isnan(ratio([1.0, 1.0], [np.inf, 1.0]))
+    assert ratio([3.0, 4.0], [3.0, 4.0]) == 0.0
+    assert ratio([3.0, 4.0], [3.0, 4.5]) == pytest.approx(0.1)
+    # float32 extremes: squares overflow float32, not the float64 sums
+    assert ratio(np.float32([3e30, 4e30]), np.float32([3e30, 4.5e30])) == pytest.approx(0.1)
+    assert ratio(np.float16([3.0, 4.0]), np.float16([3.0, 4.5])) == pytest.approx(0.1)
+
+
+def test_elementwise_ratios_conventions():
+    got = ratios.elementwise_ratios(
+        tf.constant([0.0, 0.0, 2.0, 2.0, np.nan]), tf.constant([0.0, 1.0, 2.0, 3.0, 1.0])
+    ).numpy()
+    np.testing.assert_array_equal(got[:4], [0.0, np.inf, 0.0, 0.5])
+    assert np.isnan(got[4])
+
+
+class TwoSameNames(keras.layers.Layer):
+    def build(self, input_shape):
+        self.first = self.add_weight(shape=(2,), name="w")
+        self.second = self.add_weight(shape=(2,), name="w")
+        self.count = self.add_weight(shape=(), name="n", dtype="int32", trainable=False)
+        self.frozen = self.add_weight(shape=(2,), name="f", trainable=False)
+
+    def call(self, x):
+        return x * self.first + self.second
+
+
+def test_tags_are_paths_and_duplicates_get_distinct_tags():
+    layer = TwoSameNames(name="twin")
+    layer.build((2,))
+    assert [v.path for v in layer.weights[:2]] == ["twin/w", "twin/w"]
+    watched = ratios.watched_variables(layer.weights)
+    assert [w.tag for w in watched] == ["twin/w", "twin/w_1"]  # int and frozen skipped
+
+    plain = [tf.Variable(1.0, name="v"), tf.Variable(2.0, name="v"), tf.Variable(3.0, name="v_1")]
+    assert [w.tag for w in ratios.watched_variables(plain)] == ["v", "v_2", "v_1"]
+    assert [w.tag for w in ratios.watched_variables(plain[0])] == ["v"]
+    assert len(ratios.watched_variables(plain + plain)) == 3
+
+
+def test_watch_rejects_what_is_not_a_variable(writer):
+    with pytest.raises(TypeError, match="takes tf.Variable or keras.Variable"):
+        with wur_summary.watch([tf.constant(1.0)], step=0):
+            pass
+    with pytest.raises(TypeError, match="iterable of variables"):
+        with wur_summary.watch(3, step=0):
+            pass
+    with pytest.raises(ValueError, match="reserved"):
+        ratios.watched_variables([tf.Variable(1.0, name="_wur/x")])
+    with writer.as_default(), pytest.raises(ValueError, match="no step set"):
+        with wur_summary.watch([tf.Variable(1.0)]):
+            pass
+
+
+def _counting(fn, counter):
+    """`fn` plus a side effect that counts its executions, also inside graphs."""
+
+    def wrapped(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        tick = tf.py_function(lambda: counter.append(1) or 0, [], tf.int32)
+        with tf.control_dependencies([tick]):
+            return tf.nest.map_structure(tf.identity, result)
+
+    return wrapped
+
+
+def _sgd_setup():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    x, y = tf.ones([5, 4]), tf.zeros([5, 2])
+
+    def train_step(watched):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if watched:
+            with wur_summary.watch(model.trainable_variables, step=optimizer.iterations):
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        else:
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    return optimizer, train_step
+
+
+def test_not_recording_eagerly_runs_no_ratio_code(logdir, writer, monkeypatch):
+    counter = []
+    monkeypatch.setattr(ratios, "snapshot", _counting(ratios.snapshot, counter))
+    monkeypatch.setattr(ratios, "update_ratios", _counting(ratios.update_ratios, counter))
+    _, train_step = _sgd_setup()
+    train_step(watched=True)  # no default writer
+    with writer.as_default(), tf.summary.record_if(False):
+        train_step(watched=True)
+    writer.flush()
+    assert counter == [] and read_events(logdir) == {}
+
+
+def test_not_recording_in_graph_runs_no_ratio_code(logdir, writer, monkeypatch):
+    counter = []
+    monkeypatch.setattr(ratios, "snapshot", _counting(ratios.snapshot, counter))
+    monkeypatch.setattr(ratios, "update_ratios", _counting(ratios.update_ratios, counter))
+    optimizer, train_step = _sgd_setup()
+    step_fn = tf.function(lambda: train_step(watched=True))
+    with writer.as_default(), tf.summary.record_if(lambda: optimizer.iterations % 3 == 0):
+        runs = []
+        for _ in range(6):
+            before = len(counter)
+            step_fn()
+            runs.append(len(counter) - before)
+    writer.flush()
+    assert runs == [2, 0, 0, 2, 0, 0]  # snapshot and ratios only at steps 0 and 3
+    assert {s for series in ratio_series(logdir).values() for s in series} == {0, 3}
+
+
+def _op_types(concrete_function):
+    return collections.Counter(op.type for op in concrete_function.graph.get_operations())
+
+
+def test_recommended_pattern_non_logged_steps_are_the_bare_step(logdir):
+    """Two tf.functions of one step body: one traced and called under the writer on the
+    logged steps, one traced without a writer for all other steps, where watch adds no op."""
+    optimizer, train_step = _sgd_setup()
+    bare = tf.function(lambda: train_step(watched=False))
+    plain_step = tf.function(lambda: train_step(watched=True))
+    logged_step = tf.function(lambda: train_step(watched=True))
+    writer = tf.summary.create_file_writer(logdir)
+    every = 4
+    for step in range(10):
+        if step % every == 0:
+            with writer.as_default():
+                logged_step()
+        else:
+            plain_step()
+    writer.close()
+    assert _op_types(plain_step.get_concrete_function()) == _op_types(bare.get_concrete_function())
+    assert plain_step.experimental_get_tracing_count() == 1
+    logged = ratio_series(logdir)
+    assert len(logged) == 4 and all(sorted(s) == [0, 4, 8] for s in logged.values())
