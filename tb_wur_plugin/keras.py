@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import keras
@@ -20,7 +21,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     other steps cost one read of `optimizer.iterations`. A step the optimizer skips (a
     `LossScaleOptimizer` step with non-finite gradients) writes nothing; the next update,
     which has the same step number, is logged instead. The learning rate is written at each
-    logged step when it can be read as a number.
+    logged step when it can be read as a number. Variables are looked up at every logged
+    step, so variables created later are logged from the next logged step on; a model that
+    Keras builds during its first step has no weights to compare step 0 with (a warning says
+    so): call it on a batch before `fit` to log step 0.
 
     Args:
       log_dir: directory of the TensorBoard logs; like `keras.callbacks.TensorBoard`, the
@@ -46,6 +50,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self.histograms = histograms
         self._writer = None
         self._pending = None
+        self._warned_no_weights = False
 
     def on_train_begin(self, logs=None):
         steps_per_execution = getattr(self.model, "steps_per_execution", 1)
@@ -57,6 +62,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
         self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "train"))
+        self._warned_no_weights = False
 
     def on_train_batch_begin(self, batch, logs=None):
         optimizer = self.model.optimizer
@@ -64,6 +70,18 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if step % self.update_freq:
             return
         watched = ratios.watched_variables(self.model.trainable_variables)
+        if not watched:
+            if self._warned_no_weights:
+                return
+            self._warned_no_weights = True
+            warnings.warn(
+                f"WeightUpdateRatioCallback: the model has no trainable weights before step "
+                f"{step}, so nothing is logged for it. A model that Keras builds during its "
+                "first step gets its weights then: call it on a batch before fit to log "
+                "step 0.",
+                stacklevel=2,
+            )
+            return
         self._pending = (step, watched, ratios.snapshot(watched))
         rate = _learning_rate(optimizer)
         if rate is not None:

@@ -1,0 +1,193 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import (
+    assert_ratios_close,
+    mixed_model_and_data,
+    ratio_series,
+    read_events,
+    reference_ratio,
+)
+from tb_wur_plugin import metadata
+from tb_wur_plugin.keras import WeightUpdateRatioCallback
+
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.1),
+    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
+}
+
+
+class ReferenceRatios(keras.callbacks.Callback):
+    """Saves the weights around every step; numpy ratios of the updates at steps 0, N, 2N..."""
+
+    def __init__(self, every):
+        super().__init__()
+        self.every = every
+        self.expected = {}
+        self.skipped = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy())
+        self.before = {v.path: v.numpy() for v in self.model.trainable_variables}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            self.skipped.append(self.step)
+            return
+        if self.step % self.every == 0:
+            for v in self.model.trainable_variables:
+                if v.path not in self.before:  # created during this step
+                    continue
+                self.expected[(v.path, self.step)] = reference_ratio(
+                    self.before[v.path], v.numpy()
+                )
+
+
+def _logged(logdir):
+    return {
+        (tag, step): r
+        for tag, points in ratio_series(os.path.join(logdir, "train")).items()
+        for step, r in points.items()
+    }
+
+
+def _fit(model, x, y, logdir, every, epochs=2, batch_size=4, **callback_args):
+    reference = ReferenceRatios(every)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=every, **callback_args)
+    model.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0,
+              callbacks=[reference, callback])
+    return reference
+
+
+@pytest.mark.parametrize(
+    "name,run_eagerly",
+    [("sgd", False), ("momentum", False), ("adam", False), ("adamw", False),
+     ("sgd", True), ("adamw", True)],
+)
+def test_callback_matches_numpy_reference(logdir, name, run_eagerly):
+    model, x, y = mixed_model_and_data()
+    model.compile(optimizer=OPTIMIZERS[name](), loss="mse", run_eagerly=run_eagerly)
+    reference = _fit(model, x, y, logdir, every=3)  # 16 samples / 4 = 4 steps per epoch
+    logged = _logged(logdir)
+    assert_ratios_close(logged, reference.expected, rtol=1e-9)
+    assert {step for _, step in logged} == {0, 3, 6}
+    assert {tag for tag, _ in logged} == {v.path for v in model.trainable_variables}
+
+
+def test_callback_logs_learning_rate_and_histograms_at_logged_steps(logdir):
+    model, x, y = mixed_model_and_data()
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    model.compile(optimizer=keras.optimizers.SGD(schedule), loss="mse")
+    _fit(model, x, y, logdir, every=2, histograms=True)
+    events = read_events(os.path.join(logdir, "train"))
+    rates = {step: float(v) for step, v, _ in events[metadata.LEARNING_RATE_TAG]}
+    assert rates == pytest.approx({0: 0.1, 2: 0.025, 4: 0.00625, 6: 0.0015625})
+    for v in model.trainable_variables:
+        points = events[metadata.histogram_tag(v.path)]
+        assert [s for s, _, _ in points] == [0, 2, 4, 6]
+        assert all(counts.sum() == np.prod(v.shape) for _, counts, _ in points)
+
+
+def test_steps_continue_across_fit_calls(logdir):
+    model, x, y = mixed_model_and_data()
+    model.compile(optimizer="adam", loss="mse")
+    _fit(model, x, y, logdir, every=3, epochs=1)
+    _fit(model, x, y, logdir, every=3, epochs=1)
+    assert {step for _, step in _logged(logdir)} == {0, 3, 6}
+
+
+@pytest.fixture
+def mixed_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_loss_scale_optimizer_logs_float32_weights_and_skips_skipped_steps(
+    logdir, mixed_float16
+):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1, dtype="float32")]
+    )
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
+    model.compile(optimizer=optimizer, loss="mse")
+    x = np.random.default_rng(0).normal(size=(24, 4)).astype("float32")
+    x[:4] = np.inf  # the first batch has non-finite gradients: the update is skipped
+    y = np.ones((24, 1), "float32")
+    reference = _fit(model, x, y, logdir, every=2, epochs=1)
+    assert reference.skipped[:1] == [0]
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    logged = _logged(logdir)
+    assert_ratios_close(logged, reference.expected, rtol=1e-9)
+    steps = sorted({step for _, step in logged})
+    assert steps[0] == 0 and all(np.isfinite(r) for (_, s), r in logged.items() if s > 0)
+
+
+class LazyNet(keras.Model):
+    """Creates its variables at its first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(5, activation="relu")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def test_variables_created_at_the_first_step_are_logged_from_the_next_logged_step(logdir):
+    model = LazyNet()
+    assert not model.trainable_variables
+    model.compile(optimizer="adam", loss="mse")
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    with pytest.warns(UserWarning, match="no trainable weights before step 0"):
+        reference = _fit(model, x, np.zeros((16, 1), "float32"), logdir, every=2, epochs=1)
+    logged = _logged(logdir)
+    assert {(v.path, 2) for v in model.trainable_variables} == set(logged)
+    assert_ratios_close(logged, reference.expected, rtol=1e-9)
+
+
+def test_a_subclassed_model_built_before_fit_is_logged_from_step_0(logdir):
+    model = LazyNet()
+    model.compile(optimizer="adam", loss="mse")
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    model(x[:1])
+    reference = _fit(model, x, np.zeros((16, 1), "float32"), logdir, every=2, epochs=1)
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 2} and len(logged) == 8
+    assert_ratios_close(logged, reference.expected, rtol=1e-9)
+
+
+def test_steps_per_execution_above_one_is_refused(logdir):
+    model, x, y = mixed_model_and_data()
+    model.compile(optimizer="adam", loss="mse", steps_per_execution=2)
+    with pytest.raises(ValueError, match="steps_per_execution=1"):
+        _fit(model, x, y, logdir, every=2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(log_dir=None), TypeError, "log_dir must be a path"),
+        (dict(log_dir="l", update_freq=0), ValueError, "update_freq must be >= 1"),
+        (dict(log_dir="l", update_freq="10"), TypeError, "update_freq must be an int"),
+        (dict(log_dir="l", update_freq=True), TypeError, "update_freq must be an int"),
+        (dict(log_dir="l", update_freq="epoch"), TypeError, "update_freq must be an int"),
+        (dict(log_dir="l", histograms="yes"), TypeError, "histograms must be a bool"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        WeightUpdateRatioCallback(**kwargs)
+
+
+def test_no_work_in_init(tmp_path):
+    WeightUpdateRatioCallback(tmp_path / "logs")
+    assert not (tmp_path / "logs").exists()
