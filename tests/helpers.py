@@ -15,7 +15,7 @@ from tb_wur_plugin import metadata
 
 
 def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
-    """tag -> [(step, value, plugin content)] from every event file directly in `logdir`."""
+    """tag -> [(step, value, plugin content)] of the wur series in the event files of `logdir`."""
     series = collections.defaultdict(list)
     contents = {}
     for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
@@ -24,7 +24,8 @@ def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
                 if value.metadata.plugin_data.plugin_name:
                     contents[value.tag] = value.metadata
                 meta = contents.get(value.tag)
-                assert meta is not None and meta.plugin_data.plugin_name == metadata.PLUGIN_NAME
+                if meta is None or meta.plugin_data.plugin_name != metadata.PLUGIN_NAME:
+                    continue
                 content = json.loads(meta.plugin_data.content)
                 series[value.tag].append(
                     (event.step, tensor_util.make_ndarray(value.tensor), content)
