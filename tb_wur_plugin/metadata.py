@@ -4,7 +4,8 @@ Everything a writer and a reader must agree on lives here and nowhere else.
 
 Series kinds (``kind`` in the plugin content, a JSON object):
 - ``ratio``: one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂, a float64 scalar per step
-  (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path).
+  (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path). ``index``, when
+  present, is the layer's position among the variables written together (model order).
 - ``histogram``: the layer's elementwise ratios |Δw_i| / |w_i| bucketed on the fixed
   edges below, an int64 vector of ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``).
   Its tag is ``histogram_tag(layer_tag)``.
@@ -79,12 +80,17 @@ def is_reserved_tag(tag: str) -> bool:
 
 
 def create_summary_metadata(
-    kind: str, description: str | None = None
+    kind: str, description: str | None = None, index: int | None = None
 ) -> summary_pb2.SummaryMetadata:
-    """A `SummaryMetadata` for a series of the given kind, with its data class set."""
+    """A `SummaryMetadata` for a series of the given kind, with its data class set.
+
+    `index`: the layer's position among the variables written together (model order).
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown wur series kind {kind!r}; expected one of {KINDS}")
     content: dict[str, Any] = {"version": PROTOCOL_VERSION, "kind": kind}
+    if index is not None:
+        content["index"] = index
     if kind == KIND_HISTOGRAM:
         content.update(
             log10_min=LOG10_MIN, log10_max=LOG10_MAX, bins_per_decade=BINS_PER_DECADE
@@ -125,4 +131,7 @@ def parse_plugin_content(content: bytes) -> dict[str, Any]:
         )
     if parsed.get("kind") not in KINDS:
         raise ValueError(f"unknown wur series kind {parsed.get('kind')!r}")
+    index = parsed.get("index")
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+        raise ValueError(f"wur plugin content has a bad index: {index!r}")
     return parsed

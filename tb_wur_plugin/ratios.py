@@ -176,12 +176,20 @@ def _write_ratios(
 ) -> tf.Tensor:
     after = [v.read_value() for v in variables]
     ratios = update_ratios(before, after)
-    ratio_metadata = metadata.create_summary_metadata(metadata.KIND_RATIO)
-    histogram_metadata = metadata.create_summary_metadata(metadata.KIND_HISTOGRAM)
     written = []
     with tf.summary.record_if(True):
-        for index, tag in enumerate(tags):
-            written.append(summary.write(tag, lambda i=index: ratios[i], step, ratio_metadata))
+        for index, (tag, variable) in enumerate(zip(tags, variables)):
+            about = f"of {tag}: shape {variable.shape.as_list()}, {variable.dtype.name}"
+            written.append(
+                summary.write(
+                    tag,
+                    lambda i=index: ratios[i],
+                    step,
+                    metadata.create_summary_metadata(
+                        metadata.KIND_RATIO, f"Weight-update ratio {about}", index
+                    ),
+                )
+            )
             if histograms:
                 written.append(
                     summary.write(
@@ -190,7 +198,9 @@ def _write_ratios(
                             elementwise_ratios(before[i], after[i])
                         ),
                         step,
-                        histogram_metadata,
+                        metadata.create_summary_metadata(
+                            metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                        ),
                     )
                 )
     return tf.reduce_all(tf.stack(written))

@@ -69,3 +69,12 @@ def test_histogram_tags_round_trip_and_are_reserved():
     assert metadata.layer_of_histogram_tag(tag) == "model/dense/kernel"
     assert metadata.layer_of_histogram_tag("model/dense/kernel") is None
     assert metadata.is_reserved_tag(metadata.LEARNING_RATE_TAG)
+
+
+def test_ratio_metadata_carries_the_model_order_index():
+    content = metadata.parse_plugin_content(
+        metadata.create_summary_metadata(metadata.KIND_RATIO, index=7).plugin_data.content
+    )
+    assert content["index"] == 7
+    with pytest.raises(ValueError, match="bad index"):
+        metadata.parse_plugin_content(b'{"version": 1, "kind": "ratio", "index": "7"}')

@@ -246,3 +246,13 @@ def test_recommended_pattern_non_logged_steps_are_the_bare_step(logdir):
     assert plain_step.experimental_get_tracing_count() == 1
     logged = ratio_series(logdir)
     assert len(logged) == 4 and all(sorted(s) == [0, 4, 8] for s in logged.values())
+
+
+def test_watch_writes_model_order_and_shapes_in_metadata(logdir, writer):
+    variables = [tf.Variable(tf.ones([2, 3]), name="b"), tf.Variable(tf.ones([4]), name="a")]
+    with writer.as_default(), wur_summary.watch(variables, step=0):
+        for v in variables:
+            v.assign_add(tf.ones_like(v))
+    writer.flush()
+    events = read_events(logdir)
+    assert [events[t][0][2]["index"] for t in ("b", "a")] == [0, 1]
