@@ -133,7 +133,10 @@ def reduce_columns(
         return out
 
     classes = matrix.classes
-    count = {c: per_column(classes == c, np.add, 0) for c in (POSITIVE, ZERO, INF, BROKEN)}
+    count = {
+        c: per_column((classes == c).astype(np.int32), np.add, 0)
+        for c in (POSITIVE, ZERO, INF, BROKEN)
+    }
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
     v = matrix.values
     if reduction == "last":

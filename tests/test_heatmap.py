@@ -1,0 +1,115 @@
+"""Binning, reductions, flags and the wire encoding, against naive references."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tb_wur_plugin import heatmap
+
+
+def _random_matrix(rng, n_layers=6, n_steps=80):
+    series = []
+    for layer in range(n_layers):
+        steps = np.sort(rng.choice(np.arange(0, 3 * n_steps, 3), size=rng.integers(1, n_steps), replace=False))
+        values = 10.0 ** rng.uniform(-6, 0, size=len(steps))
+        special = rng.random(len(steps))
+        values[special < 0.05] = 0.0
+        values[(special > 0.05) & (special < 0.08)] = np.inf
+        values[(special > 0.08) & (special < 0.1)] = np.nan
+        series.append((f"layer{layer}", steps, values))
+    return series
+
+
+def _reference(values, reduction):
+    """The documented reduction of the ratios of one column of one layer (None: missing)."""
+    if not values:
+        return None
+    if reduction == "last":
+        return values[-1]
+    if any(not (v >= 0) for v in values):
+        return math.nan
+    positive = [v for v in values if 0 < v < math.inf]
+    if reduction == "mean_log10":
+        if positive:
+            return 10 ** (sum(math.log10(v) for v in positive) / len(positive))
+        return math.inf if math.inf in values else 0.0
+    return max(values) if reduction == "max" else min(values)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
+def test_columns_cover_the_range_and_reduce_exactly_their_steps(seed, reduction):
+    rng = np.random.default_rng(seed)
+    series = _random_matrix(rng)
+    matrix = heatmap.RunMatrix.from_series(series)
+    start = int(rng.integers(-5, 60))
+    end = int(rng.integers(start, 260))
+    max_columns = int(rng.integers(1, 120))
+    columns = heatmap.make_columns(matrix.steps, start, end, max_columns)
+    n = len(columns.start)
+    assert 1 <= n <= max_columns and columns.start[0] == start
+    assert np.all(np.diff(columns.start) > 0) and columns.start[-1] <= end
+    values, missing = heatmap.reduce_columns(matrix, columns, reduction)
+    bounds = list(columns.start) + [end + 1]
+    for k in range(n):
+        inside = [s for s in matrix.steps if bounds[k] <= s < bounds[k + 1]]
+        assert columns.count[k] == len(inside)
+        if inside:
+            assert (columns.first[k], columns.last[k]) == (inside[0], inside[-1])
+        for row, (tag, steps, vals) in enumerate(series):
+            picked = [v for s, v in zip(steps, vals) if bounds[k] <= s < bounds[k + 1]]
+            want = _reference(picked, reduction)
+            assert missing[row, k] == (want is None), (tag, k)
+            if want is None:
+                continue
+            got = values[row, k]
+            assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-12)
+
+
+def test_one_column_per_step_when_they_fit():
+    matrix = heatmap.RunMatrix.from_series([("a", np.array([0, 10, 20]), np.array([1e-3, 2e-3, 3e-3]))])
+    columns = heatmap.make_columns(matrix.steps, 0, 20, 3)
+    np.testing.assert_array_equal(columns.start, [0, 10, 20])
+    values, missing = heatmap.reduce_columns(matrix, columns, "last")
+    np.testing.assert_array_equal(values, [[1e-3, 2e-3, 3e-3]])
+    assert not missing.any()
+
+
+def test_an_empty_range_is_one_missing_column():
+    matrix = heatmap.RunMatrix.from_series([("a", np.array([0, 10]), np.array([1e-3, 2e-3]))])
+    columns = heatmap.make_columns(matrix.steps, 3, 7, 100)
+    assert len(columns.start) == 1 and columns.count[0] == 0
+    values, missing = heatmap.reduce_columns(matrix, columns, "mean_log10")
+    assert missing.all()
+
+
+def test_encoding_rounds_to_three_significant_digits_like_javascript():
+    values = np.array([[1.235e-3, 1.125, 9.995e-3, 0.0, np.inf, np.nan, 1e-41, 1e30, 123.4, 1e-40]])
+    missing = np.zeros_like(values, bool)
+    missing[0, 5] = False
+    codes = heatmap.encode_cells(values, missing)
+    decoded = heatmap.decode_cells(codes)
+    # as JavaScript: (0.001235).toPrecision(3) == "0.00123", 1.125 -> "1.13", 0.009995 -> "0.0100"
+    assert [f"{v:.2e}" for v in decoded[0, :3]] == ["1.23e-03", "1.13e+00", "1.00e-02"]
+    assert list(codes[0, 3:8]) == [heatmap.CODE_ZERO, heatmap.CODE_INF, heatmap.CODE_NAN,
+                                   heatmap.CODE_TINY, heatmap.CODE_HUGE]
+    assert decoded[0, 8] == 123.0 and decoded[0, 9] == pytest.approx(1e-40)
+    assert heatmap.encode_cells(values, np.ones_like(values, bool)).max() == heatmap.CODE_MISSING
+
+
+def test_encoding_matches_python_formatting_on_random_ratios():
+    rng = np.random.default_rng(1)
+    values = 10.0 ** rng.uniform(-12, 3, size=20000)
+    decoded = heatmap.decode_cells(heatmap.encode_cells(values, np.zeros(values.shape, bool)))
+    assert [f"{v:.2e}" for v in decoded] == [f"{v:.2e}" for v in values]
+
+
+def test_pack_round_trips_arrays_and_header():
+    arrays = {"codes": np.arange(0, 60000, 7, dtype=np.uint16), "start": np.array([0.0, 5.5]),
+              "count": np.array([3, 4], np.uint32)}
+    header, unpacked = heatmap.unpack(heatmap.pack({"a": [1, "b"]}, arrays))
+    assert header == {"a": [1, "b"]}
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(unpacked[name], array)
+        assert unpacked[name].dtype == array.dtype
