@@ -307,8 +307,8 @@ def pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def unpack(payload: bytes) -> tuple[dict, dict[str, np.ndarray]]:
-    """The inverse of `pack` (for tests and clients written in Python)."""
-    body = gzip.decompress(payload)
+    """The inverse of `pack`, compressed or not (for tests and clients written in Python)."""
+    body = gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload
     if body[:4] != b"WUR1":
         raise ValueError("not a WUR1 payload")
     (length,) = struct.unpack("<I", body[4:8])

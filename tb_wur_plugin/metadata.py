@@ -3,14 +3,17 @@
 Everything a writer and a reader must agree on lives here and nowhere else.
 
 Series kinds (``kind`` in the plugin content, a JSON object):
-- ``ratio``: one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂, a float64 scalar per step
+- ``ratio``: one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂, a float32 scalar per step
   (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path). ``index``, when
   present, is the layer's position among the variables written together (model order).
 - ``histogram``: the layer's elementwise ratios |Δw_i| / |w_i| bucketed on the fixed
   edges below, an int64 vector of ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``).
   Its tag is ``histogram_tag(layer_tag)``.
-- ``learning_rate``: the optimizer's learning rate, a float64 scalar per step
+- ``learning_rate``: the optimizer's learning rate, a float32 scalar per step
   (``DATA_CLASS_SCALAR``), tag ``LEARNING_RATE_TAG``.
+
+Scalars are float32 because TensorBoard's fast loader reads no other scalar type; a positive
+value below float32's range is stored as its smallest positive value, never as 0.
 
 Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag does.
 """

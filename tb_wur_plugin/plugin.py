@@ -348,8 +348,10 @@ class WURPlugin(base_plugin.TBPlugin):
         if cached is not None:
             return cached
         data = self._read_scalars(ctx, experiment, run, list(ratio_series)) if ratio_series else {}
-        series = []
+        series, first_wall_time = [], {}
         for tag, points in data.items():
+            if points:
+                first_wall_time[tag] = min(points, key=lambda p: (p.step, p.wall_time)).wall_time
             steps = np.fromiter((p.step for p in points), np.int64, len(points))
             values = np.fromiter((p.value for p in points), np.float64, len(points))
             # the last point written for a step wins; steps ascending
@@ -358,7 +360,10 @@ class WURPlugin(base_plugin.TBPlugin):
             values = values[order][first]
             if len(steps):
                 series.append((tag, steps, values))
-        series.sort(key=lambda s: (s[1][0], _index(ratio_series[s[0]]), s[0]))
+        # model order: first step, then the index watch wrote, then the first write's time
+        series.sort(
+            key=lambda s: (s[1][0], _index(ratio_series[s[0]]), first_wall_time[s[0]], s[0])
+        )
         matrix = heatmap.RunMatrix.from_series(series)
         self._matrices.put(key, signature, matrix)
         return matrix

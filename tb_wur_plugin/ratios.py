@@ -183,7 +183,7 @@ def _write_ratios(
             written.append(
                 summary.write(
                     tag,
-                    lambda i=index: ratios[i],
+                    lambda i=index: summary.to_stored_scalar(ratios[i]),
                     step,
                     metadata.create_summary_metadata(
                         metadata.KIND_RATIO, f"Weight-update ratio {about}", index

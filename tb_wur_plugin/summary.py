@@ -27,7 +27,7 @@ def scalar(name: str, data: Any, step: Any = None, description: str | None = Non
     value = _float_tensor(data, "wur_summary.scalar", scalar_only=True)
     return write(
         name,
-        lambda: tf.cast(value, tf.float64),
+        lambda: to_stored_scalar(value),
         step,
         metadata.create_summary_metadata(metadata.KIND_RATIO, description),
     )
@@ -54,10 +54,18 @@ def learning_rate(data: Any, step: Any = None, description: str | None = None):
     value = _float_tensor(data, "wur_summary.learning_rate", scalar_only=True)
     return write(
         metadata.LEARNING_RATE_TAG,
-        lambda: tf.cast(value, tf.float64),
+        lambda: to_stored_scalar(value),
         step,
         metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
     )
+
+
+def to_stored_scalar(value: tf.Tensor) -> tf.Tensor:
+    """`value` as the float32 the protocol stores; positive values too small for float32
+    become its smallest positive value rather than 0 ("moved a little", not "did not move")."""
+    stored = tf.cast(value, tf.float32)
+    smallest = tf.constant(np.finfo(np.float32).smallest_subnormal, tf.float32)
+    return tf.where((value > 0) & (stored == 0), smallest, stored)
 
 
 def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:

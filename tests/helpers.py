@@ -78,7 +78,9 @@ def reference_buckets(values: np.ndarray) -> np.ndarray:
 
 
 def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
-    """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN."""
+    """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN.
+
+    Stored ratios are float32: rtol=1e-7 is float32 rounding (2**-24 ≈ 6e-8)."""
     assert set(actual) == set(expected), (sorted(actual), sorted(expected))
     for key, want in expected.items():
         got = actual[key]

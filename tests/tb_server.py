@@ -62,9 +62,10 @@ class TensorBoardServer:
         self._log.seek(0)
         return self._log.read()
 
-    def get(self, path: str) -> tuple[int, dict, bytes]:
+    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+        request = urllib.request.Request(self.url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(self.url + path, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()

@@ -186,9 +186,9 @@ def test_flags_bad_requests(backend, params, message):
 def test_series_of_a_ratio_and_of_the_learning_rate(backend):
     series = backend.json("series", run="special", tag="odd/kernel")
     assert series["kind"] == "ratio" and series["steps"] == list(range(6))
-    assert series["values"][:4] == ["Infinity", 1.235e-3, 0.0, "NaN"]
+    assert series["values"][:4] == ["Infinity", float(np.float32(1.235e-3)), 0.0, "NaN"]
     rate = backend.json("series", run="alpha", tag=metadata.LEARNING_RATE_TAG)
-    assert rate["kind"] == "learning_rate" and rate["values"] == [0.05] * 12
+    assert rate["kind"] == "learning_rate" and rate["values"] == [float(np.float32(0.05))] * 12
     assert backend.get("series", run="alpha", tag="missing").status_code == 404
     assert backend.get("series", run="nope", tag="odd/kernel").status_code == 404
     assert backend.get("series", run="alpha").status_code == 400
@@ -213,7 +213,8 @@ def test_export_csv_has_every_step_of_every_ratio_tag(backend):
     assert rows[0] == ["tag", "step", "wall_time", "ratio"]
     odd = [r for r in rows[1:] if r[0] == "odd/kernel"]
     assert [r[1] for r in odd] == [str(s) for s in range(6)]
-    assert [r[3] for r in odd] == ["inf", "0.001235", "0.0", "nan", "0.05", "1.125"]
+    stored = [repr(float(np.float32(v))) for v in (1.235e-3, 5e-2)]
+    assert [r[3] for r in odd] == ["inf", stored[0], "0.0", "nan", stored[1], "1.125"]
     assert len(rows) == 1 + 12
     alpha = list(csv.reader(io.StringIO(backend.get("export", run="alpha", format="csv").get_data(as_text=True))))
     assert len(alpha) == 1 + 4 * 12
@@ -224,7 +225,7 @@ def test_export_json_matches_the_contract(backend):
     data = json.loads(backend.get("export", run="special", format="json").get_data())
     assert set(data) == {"odd/kernel", "fine/kernel"}
     assert [row[1] for row in data["odd/kernel"]] == list(range(6))
-    assert [row[2] for row in data["odd/kernel"]][:4] == ["Infinity", 0.001235, 0.0, "NaN"]
+    assert [row[2] for row in data["odd/kernel"]][:4] == ["Infinity", float(np.float32(0.001235)), 0.0, "NaN"]
     assert all(isinstance(row[0], float) for row in data["fine/kernel"])
 
 

@@ -61,7 +61,7 @@ def test_watch_matches_numpy_reference(logdir, name, use_function):
         model, OPTIMIZERS[name](), x, y, logdir, steps=3, use_function=use_function
     )
     logged = _logged(logdir)
-    assert_ratios_close(logged, expected, rtol=1e-9)
+    assert_ratios_close(logged, expected, rtol=1e-7)
     paths = {v.path for v in model.trainable_variables}
     assert {tag for tag, _ in logged} == paths  # tags are the variable paths
     assert any("embed" in p for p in paths) and any("lstm" in p for p in paths)
@@ -77,7 +77,8 @@ def test_watch_matches_numpy_reference(logdir, name, use_function):
             # ... up to the float32 rounding of lr·g and of w - lr·g: an ulp each at most
             ulps = np.spacing(new).astype(np.float64) + np.spacing(lr * grad).astype(np.float64)
             rounding = np.linalg.norm(ulps) / weight
-            assert abs(logged[key] - want) <= rounding + 1e-12 * want, (key, logged[key], want)
+            # (and the float32 the ratio is stored as)
+            assert abs(logged[key] - want) <= rounding + 6e-8 * want, (key, logged[key], want)
 
 
 def test_zero_initialised_biases_start_at_inf(logdir):

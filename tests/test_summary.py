@@ -6,7 +6,7 @@ from helpers import read_events, reference_buckets
 from tb_wur_plugin import metadata, summary, wur_summary
 
 
-def test_scalar_writes_float64_at_explicit_and_default_step(logdir, writer):
+def test_scalar_writes_float32_at_explicit_and_default_step(logdir, writer):
     with writer.as_default():
         assert wur_summary.scalar("net/dense/kernel", 1.25e-3, step=7) is True
         tf.summary.experimental.set_step(8)
@@ -17,10 +17,10 @@ def test_scalar_writes_float64_at_explicit_and_default_step(logdir, writer):
     writer.flush()
     points = read_events(logdir)["net/dense/kernel"]
     assert [(step, float(value)) for step, value, _ in points] == [
-        (7, 1.25e-3),
+        (7, float(np.float32(1.25e-3))),
         (8, float(np.float32(2.5e-3))),
     ]
-    assert points[0][1].dtype == np.float64
+    assert points[0][1].dtype == np.float32  # the only scalar type the fast loader reads
     assert points[0][2]["kind"] == metadata.KIND_RATIO
 
 
@@ -73,7 +73,7 @@ def test_ops_work_in_tf_function_with_dynamic_record_if(logdir, writer):
     hist = events[metadata.histogram_tag("layer")]
     assert [step for step, _, _ in hist] == [0, 2]
     assert hist[1][1][metadata.FIRST_BIN + 33] == 10  # 0.02 lies in [10^-1.75, 10^-1.5)
-    assert [float(v) for _, v, _ in events[metadata.LEARNING_RATE_TAG]] == [0.1, 0.1]
+    assert [float(v) for _, v, _ in events[metadata.LEARNING_RATE_TAG]] == [float(np.float32(0.1))] * 2
 
 
 def _mixed_ratios(rng, n):
@@ -153,3 +153,13 @@ def test_closed_writer_is_a_clear_error(writer):
         with pytest.raises(RuntimeError, match="summary writer is closed"):
             with wur_summary.watch([tf.Variable(1.0)], step=0):
                 pass
+
+
+def test_positive_ratios_below_float32_range_are_not_stored_as_zero(logdir, writer):
+    with writer.as_default():
+        wur_summary.scalar("a", 1e-50, step=0)
+        wur_summary.scalar("a", 0.0, step=1)
+        wur_summary.scalar("a", np.inf, step=2)
+    writer.flush()
+    values = [float(v) for _, v, _ in read_events(logdir)["a"]]
+    assert values == [float(np.finfo(np.float32).smallest_subnormal), 0.0, np.inf]

@@ -1,0 +1,89 @@
+"""The real `tensorboard` command, both loaders, a run of 5,000 logged steps."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tb_server import TensorBoardServer
+from tb_wur_plugin import heatmap, wur_summary
+
+STEPS = 5000
+TAGS = ("model/dense/kernel", "model/dense/bias", "model/head/kernel")
+
+
+@pytest.fixture(scope="module")
+def long_logdir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("long")
+    writer = tf.summary.create_file_writer(str(logdir / "long_run"))
+
+    @tf.function
+    def log(step):
+        for index, tag in enumerate(TAGS):
+            wur_summary.scalar(tag, 1e-3 * (index + 1) * (1.0 + tf.cast(step, tf.float64) / STEPS), step=step)
+
+    with writer.as_default():
+        log.python_function(tf.constant(0, tf.int64))  # eagerly, so the writes are ordered
+        for step in range(1, STEPS):
+            log(tf.constant(step, tf.int64))
+    writer.close()
+    return str(logdir)
+
+
+def _expected(tag_index, step):
+    """The ratio written, as stored (float32)."""
+    return float(np.float32(1e-3 * (tag_index + 1) * (1.0 + step / STEPS)))
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_every_step_reaches_the_heatmap_and_the_export(long_logdir, load_fast):
+    with TensorBoardServer(long_logdir, load_fast) as server:
+        runs = server.wait_for(
+            lambda d: d["runs"] and d["runs"][0]["layers"]
+            and d["runs"][0]["layers"][0]["logged_steps"] == STEPS,
+            "/data/plugin/wur/runs",
+        )
+        assert [l["tag"] for l in runs["runs"][0]["layers"]] == list(TAGS)
+
+        status, headers, body = server.get(
+            f"/data/plugin/wur/heatmap?run=long_run&columns={STEPS}", {"Accept-Encoding": "gzip"}
+        )
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        header, arrays = heatmap.unpack(body)
+        assert header["columns"] == STEPS
+        np.testing.assert_array_equal(arrays["column_first"], np.arange(STEPS))
+        codes = arrays[header["runs"][0]["codes"]].reshape(len(TAGS), STEPS)
+        want = np.array([[_expected(i, s) for s in range(STEPS)] for i in range(len(TAGS))])
+        got = heatmap.decode_cells(codes)
+        assert [f"{v:.2e}" for v in got.ravel()] == [f"{v:.2e}" for v in want.ravel()]
+
+        header, arrays = heatmap.unpack(
+            server.get("/data/plugin/wur/heatmap?run=long_run&columns=1000")[2]
+        )  # exact binning: 5 steps per column
+        assert header["columns"] == 1000
+        assert set(arrays["column_count"]) == {5}
+
+        status, headers, body = server.get("/data/plugin/wur/export?run=long_run&format=csv")
+        assert status == 200
+        rows = list(csv.reader(io.StringIO(body.decode())))[1:]
+        for index, tag in enumerate(TAGS):
+            mine = [r for r in rows if r[0] == tag]
+            assert [int(r[1]) for r in mine] == list(range(STEPS))
+            np.testing.assert_allclose(
+                [float(r[3]) for r in mine], [_expected(index, s) for s in range(STEPS)], rtol=1e-15
+            )
+        exported = json.loads(server.get("/data/plugin/wur/export?run=long_run&format=json")[2])
+        assert all(len(exported[tag]) == STEPS for tag in TAGS)
+        assert "Traceback" not in server.output()
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_an_explicit_samples_flag_wins(long_logdir, load_fast):
+    with TensorBoardServer(long_logdir, load_fast, ("--samples_per_plugin=wur=50",)) as server:
+        runs = server.wait_for(
+            lambda d: d["runs"] and d["runs"][0]["layers"], "/data/plugin/wur/runs"
+        )
+        assert runs["runs"][0]["layers"][0]["logged_steps"] == 50
