@@ -36,6 +36,8 @@ _ALL_POINTS = 2**31 - 1
 DEFAULT_COLUMNS = 1000
 MAX_COLUMNS = 20_000
 DEFAULT_BAND = (1e-4, 1e-2)
+# Step bounds a request may name (steps are int64; this leaves room for range arithmetic).
+MAX_STEP = 2**62
 # Decoded runs kept in memory between requests.
 CACHE_BYTES = 1 << 30
 
@@ -91,8 +93,8 @@ class WURPlugin(base_plugin.TBPlugin):
             experiment,
             runs,
             columns=_int_arg(request, "columns", DEFAULT_COLUMNS, 1, MAX_COLUMNS),
-            start=_int_arg(request, "start", None),
-            end=_int_arg(request, "end", None),
+            start=_int_arg(request, "start", None, -MAX_STEP, MAX_STEP),
+            end=_int_arg(request, "end", None, -MAX_STEP, MAX_STEP),
             reduction=_choice_arg(request, "reduction", "mean_log10", heatmap.REDUCTIONS),
         )
         return http_util.Respond(

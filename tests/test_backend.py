@@ -9,6 +9,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from backend import Backend
 from tb_wur_plugin import heatmap, metadata, wur_summary
@@ -122,6 +124,11 @@ def test_heatmap_of_several_runs_shares_the_columns(backend):
     assert list(special[0][6:]) == [heatmap.CODE_MISSING] * 7
 
 
+def test_heatmap_of_the_widest_range(backend):
+    header, arrays = backend.heatmap(run="alpha", start=-(2**62), end=2**62, columns=3)
+    assert header["columns"] == 3 and int(arrays["column_count"].sum()) == 12
+
+
 def test_heatmap_bins_to_the_requested_columns_and_zooms(backend):
     header, arrays = backend.heatmap(run="alpha", columns=5, reduction="max")
     assert header["columns"] == 4  # 12 steps in bins of ceil(12 / 5) = 3
@@ -143,6 +150,7 @@ def test_heatmap_bins_to_the_requested_columns_and_zooms(backend):
         ({"run": "alpha", "columns": "99999999"}, 400, "columns must be in"),
         ({"run": "alpha", "start": "9", "end": "3"}, 400, "must not be after"),
         ({"run": "alpha", "start": "1e3"}, 400, "start must be an integer"),
+        ({"run": "alpha", "end": str(2**63 - 1)}, 400, "end must be in"),
         ({"run": "alpha", "reduction": "median"}, 400, "reduction must be one of"),
         ({"run": "alpha", "reduction": ["max", "min"]}, 400, "given 2 times"),
     ],
@@ -242,3 +250,31 @@ def test_index_js_is_served_as_a_module(backend):
     response = backend.get("index.js")
     assert response.status_code == 200 and response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Content-Type"].startswith("text/javascript")
+
+
+_VALUES = st.one_of(
+    st.sampled_from(["alpha", "grown", "special", "net/first/kernel", "odd/kernel",
+                     metadata.LEARNING_RATE_TAG, "csv", "json", "max", "last", "mean_log10",
+                     "0", "-1", "1e3", "nan", "inf", "-inf", "99999999999999999999999",
+                     "", " ", "%00", "../../etc/passwd", "\u202e\u0000", "1.5"]),
+    st.text(max_size=30),
+    st.integers(-(2**70), 2**70).map(str),
+)
+_PARAMS = st.dictionaries(
+    st.sampled_from(["run", "tag", "columns", "start", "end", "reduction", "low", "high",
+                     "format", "other"]),
+    st.one_of(_VALUES, st.lists(_VALUES, min_size=1, max_size=3)),
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(route=st.sampled_from(["runs", "heatmap", "flags", "series", "histograms", "export"]),
+       params=_PARAMS)
+def test_no_request_gets_a_server_error(backend, route, params):
+    response = backend.get(route, **params)
+    body = response.get_data()  # consumes a streamed export too
+    assert response.status_code in (200, 400, 404), (route, params, body[:300])
+    assert b"Traceback" not in body
+    if response.status_code != 200:
+        assert body.strip() and b"\n" not in body.strip()  # a one-line reason
