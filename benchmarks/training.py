@@ -1,0 +1,322 @@
+"""Training-step benchmark: what logging weight-update ratios costs, against the alternatives.
+
+Every variant runs in this one process, interleaved: each round times every variant (in a
+random order) over --steps steps, the bare step twice (its second timing is the noise floor),
+and reports the median [min–max] over rounds of the per-round RATIO to the bare step.
+
+Workloads (CPU, float32, Adam, tf.function steps):
+  M1  MLP 784-512-512-10, batch 128 (6 variables)
+  M2  CNN, 3 conv + 2 dense, 32x32x3 inputs, batch 64 (10 variables)
+  M3  100 stacked Dense(64), batch 32 (200 variables)
+  MEM one Dense layer of about 200 MB of weights, for peak memory
+
+    python benchmarks/training.py               # the tables of benchmarks/RESULTS.md
+    python benchmarks/training.py --smoke       # tiny sizes, seconds, for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tb_wur_plugin import wur_summary  # noqa: E402
+from tb_wur_plugin.keras import WeightUpdateRatioCallback  # noqa: E402
+
+LOG_EVERY = 100
+
+
+def make_workload(name: str, smoke: bool):
+    keras.utils.set_random_seed(0)
+    if name == "M1":
+        width = 64 if smoke else 512
+        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(width, activation="relu"),
+                                  keras.layers.Dense(width, activation="relu"), keras.layers.Dense(10)])
+        x, y = tf.random.normal([128, 784]), tf.random.normal([128, 10])
+    elif name == "M2":
+        model = keras.Sequential([
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
+            keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ])
+        x, y = tf.random.normal([64, 32, 32, 3]), tf.random.normal([64, 10])
+    elif name == "M3":
+        depth = 10 if smoke else 100
+        model = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(64, activation="relu")
+                                                         for _ in range(depth)])
+        x, y = tf.random.normal([32, 64]), tf.random.normal([32, 64])
+    else:  # MEM: about 200 MB of float32 weights
+        width = 512 if smoke else 7200
+        model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(width)])
+        x, y = tf.random.normal([8, width]), tf.random.normal([8, width])
+    optimizer = keras.optimizers.Adam(1e-3)
+    optimizer.build(model.trainable_variables)
+    return model, optimizer, x, y
+
+
+class Variants:
+    """The step functions of one workload, each `() -> None` running one training step."""
+
+    def __init__(self, model, optimizer, x, y, writer):
+        self.model, self.optimizer, self.x, self.y, self.writer = model, optimizer, x, y, writer
+        self.variables = model.trainable_variables
+        self.flag = tf.Variable(False)
+
+    def _grads(self):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self.model(self.x, training=True) - self.y))
+        return tape.gradient(loss, self.variables)
+
+    def _apply(self, grads):
+        self.optimizer.apply_gradients(zip(grads, self.variables))
+
+    def bare_body(self):
+        self._apply(self._grads())
+
+    def watch_body(self, histograms=False):
+        grads = self._grads()
+        with wur_summary.watch(self.variables, step=self.optimizer.iterations,
+                               histograms=histograms):
+            self._apply(grads)
+
+    def global_norm_body(self):
+        """The old approach: the global weight norm before and after every step."""
+        grads = self._grads()
+        before = tf.linalg.global_norm(self.variables)
+        self._apply(grads)
+        after = tf.linalg.global_norm(self.variables)
+        tf.summary.scalar("global_update", tf.abs(after - before) / before,
+                          step=self.optimizer.iterations)
+
+    def _naive_log(self, before, histograms):
+        for v, old in zip(self.variables, before):
+            delta = v - old
+            tf.summary.scalar(v.path, tf.norm(delta) / tf.norm(old), step=self.optimizer.iterations)
+            if histograms:
+                tf.summary.histogram(v.path + "/h", tf.abs(delta) / tf.abs(old),
+                                     step=self.optimizer.iterations)
+
+    def naive_body(self, histograms=False):
+        """Per-variable snapshot, ratio and tf.summary.scalar, every step."""
+        grads = self._grads()
+        before = [tf.identity(v) for v in self.variables]
+        self._apply(grads)
+        self._naive_log(before, histograms)
+
+    def naive_cond_body(self):
+        """The same, gated by an in-graph tf.cond on a flag."""
+        grads = self._grads()
+        before = tf.cond(self.flag, lambda: [tf.identity(v) for v in self.variables],
+                         lambda: [tf.zeros_like(v) for v in self.variables])
+        self._apply(grads)
+        tf.cond(self.flag, lambda: self._naive_log(before, False) or tf.constant(True),
+                lambda: tf.constant(False))
+
+
+def step_functions(variants: Variants) -> dict[str, tuple[Callable, str]]:
+    """name -> (one step, 'recording' or 'idle'), the functions traced once here."""
+    v, writer = variants, variants.writer
+    bare = tf.function(v.bare_body)
+    plain = tf.function(v.watch_body)  # called without a writer: the recommended idle step
+    logged = tf.function(v.watch_body)
+    logged_histograms = tf.function(lambda: v.watch_body(histograms=True))
+    gated = tf.function(v.watch_body)
+    global_norm = tf.function(v.global_norm_body)
+    naive = tf.function(v.naive_body)
+    naive_histograms = tf.function(lambda: v.naive_body(histograms=True))
+    naive_cond = tf.function(v.naive_cond_body)
+
+    def under_writer(fn, flag=None):
+        def run():
+            if flag is not None:
+                v.flag.assign(flag)
+            with writer.as_default(), tf.summary.record_if(lambda: v.flag):
+                fn()
+        return run
+
+    def always(fn):
+        def run():
+            with writer.as_default():
+                fn()
+        return run
+
+    return {
+        "bare": (bare, "idle"),
+        "bare (again)": (bare, "idle"),
+        "recommended: idle step": (plain, "idle"),
+        "recommended: logged step": (always(logged), "recording"),
+        "recommended: logged step, histograms": (always(logged_histograms), "recording"),
+        "watch + record_if: idle": (under_writer(gated, False), "idle"),
+        "watch + record_if: logged": (under_writer(gated, True), "recording"),
+        "global norm every step": (always(global_norm), "recording"),
+        "naive per-variable, every step": (always(naive), "recording"),
+        "naive + tf.summary.histogram": (always(naive_histograms), "recording"),
+        "naive tf.cond: idle": (under_writer(naive_cond, False), "idle"),
+        "naive tf.cond: logged": (under_writer(naive_cond, True), "recording"),
+    }
+
+
+def time_per_step(fn: Callable, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - start) / steps
+
+
+def interleaved(functions: dict[str, Callable], rounds: int, steps: int) -> dict[str, list[float]]:
+    """Per-round ratios of each function's time per step to the bare step's."""
+    for fn in functions.values():  # trace and warm up
+        fn()
+        fn()
+    ratios: dict[str, list[float]] = {name: [] for name in functions if name != "bare"}
+    for _ in range(rounds):
+        names = list(functions)
+        random.shuffle(names)
+        times = {name: time_per_step(functions[name], steps) for name in names}
+        for name in ratios:
+            ratios[name].append(times[name] / times["bare"])
+    return ratios
+
+
+def trace_seconds(make: Callable[[], Callable], steady: float) -> float:
+    """Seconds the first call of a fresh function takes beyond a steady-state step."""
+    fn = make()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start - steady
+
+
+def peak_rss_delta(fn: Callable) -> int:
+    """Bytes the process's peak resident memory rises above its current size during `fn`."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM to the current RSS
+    before = _status("VmRSS")
+    fn()
+    return _status("VmHWM") - before
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def fit_epochs(smoke: bool, rounds: int, logdir: str) -> dict[str, list[float]]:
+    """Ratios of a model.fit epoch with a callback to one without, interleaved."""
+    model, _, _, _ = make_workload("M1", smoke)
+    model.compile(optimizer="adam", loss="mse")
+    x = np.random.default_rng(0).normal(size=(128 * (20 if smoke else 200), 784)).astype("float32")
+    y = np.random.default_rng(1).normal(size=(len(x), 10)).astype("float32")
+    callbacks = {
+        "fit": [],
+        "fit (again)": [],
+        "fit + WeightUpdateRatioCallback": [WeightUpdateRatioCallback(logdir, update_freq=LOG_EVERY)],
+        "fit + TensorBoard(histogram_freq=1)": [
+            keras.callbacks.TensorBoard(os.path.join(logdir, "tb"), histogram_freq=1)
+        ],
+    }
+    for extra in callbacks.values():  # trace
+        model.fit(x[:256], y[:256], batch_size=128, epochs=1, verbose=0, callbacks=extra)
+    ratios: dict[str, list[float]] = {name: [] for name in callbacks if name != "fit"}
+    for _ in range(rounds):
+        names = list(callbacks)
+        random.shuffle(names)
+        times = {}
+        for name in names:
+            start = time.perf_counter()
+            model.fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=callbacks[name])
+            times[name] = time.perf_counter() - start
+        for name in ratios:
+            ratios[name].append(times[name] / times["fit"])
+    return ratios
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=20, help="steps per timing")
+    parser.add_argument("--workloads", default="M1,M2,M3")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.steps = 2, 2
+    random.seed(0)
+    logdir = tempfile.mkdtemp(prefix="wur-bench-")
+    print(f"{tf.__version__=} {keras.__version__=} rounds={args.rounds} steps={args.steps}")
+
+    for name in args.workloads.split(","):
+        model, optimizer, x, y = make_workload(name, args.smoke)
+        writer = tf.summary.create_file_writer(os.path.join(logdir, name))
+        variants = Variants(model, optimizer, x, y, writer)
+        functions = step_functions(variants)
+        ratios = interleaved({k: fn for k, (fn, _) in functions.items()}, args.rounds, args.steps)
+        print(f"\n{name}: {len(model.trainable_variables)} variables; time per step / bare step, "
+              f"median [min–max] over {args.rounds} rounds")
+        for variant, values in ratios.items():
+            print(f"  {variant:<40} {functions[variant][1]:<10} {summary(values)}")
+        if name == "M3":
+            steady = time_per_step(functions["bare"][0], args.steps)
+            print("  extra time of the first (tracing) call, seconds:")
+            for label, body in [
+                ("bare", variants.bare_body),
+                ("recommended: logged step", variants.watch_body),
+                ("recommended: logged step, histograms", lambda: variants.watch_body(True)),
+                ("naive per-variable", variants.naive_body),
+                ("naive + tf.summary.histogram", lambda: variants.naive_body(True)),
+            ]:
+                def make(body=body):
+                    fn = tf.function(body)
+                    def run():
+                        with writer.as_default():
+                            fn()
+                    return run
+                print(f"    {label:<40} {trace_seconds(make, steady):.2f}")
+        writer.close()
+
+    model, optimizer, x, y = make_workload("MEM", args.smoke)
+    weight_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+    writer = tf.summary.create_file_writer(os.path.join(logdir, "MEM"))
+    variants = Variants(model, optimizer, x, y, writer)
+    functions = step_functions(variants)
+    print(f"\nMEM: {weight_bytes / 1e6:.0f} MB of weights; peak memory above the bare step, "
+          f"in units of the weight bytes (median of 3)")
+    for fn, _ in functions.values():
+        fn()
+    bare_peak = statistics.median(peak_rss_delta(functions["bare"][0]) for _ in range(3))
+    for variant in ["recommended: idle step", "recommended: logged step",
+                    "recommended: logged step, histograms", "naive per-variable, every step",
+                    "naive + tf.summary.histogram"]:
+        fn = functions[variant][0]
+        extra = statistics.median(peak_rss_delta(fn) for _ in range(3)) - bare_peak
+        print(f"  {variant:<40} {extra / weight_bytes:+.2f} x")
+    writer.close()
+
+    print(f"\nmodel.fit epoch (M1 model, {'20' if args.smoke else '200'} steps) / without "
+          f"callbacks, logging every {LOG_EVERY} steps")
+    for variant, values in fit_epochs(args.smoke, args.rounds, logdir).items():
+        print(f"  {variant:<40} {summary(values)}")
+
+
+if __name__ == "__main__":
+    main()
