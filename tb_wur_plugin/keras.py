@@ -17,8 +17,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     """Logs ‖Δw‖₂ / ‖w‖₂ of every trainable variable every `update_freq` optimizer steps.
 
     A step is the number of updates the optimizer has applied before it, so the logged steps
-    are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs:
-    other steps cost one read of `optimizer.iterations`. A step the optimizer skips (a
+    are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs,
+    reading `optimizer.iterations` only near logged steps: other steps cost an integer
+    comparison. A step the optimizer skips (a
     `LossScaleOptimizer` step with non-finite gradients) writes nothing; the next update,
     which has the same step number, is logged instead. The learning rate is written at each
     logged step when it can be read as a number. Variables are looked up at every logged
@@ -63,27 +64,27 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             )
         self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "train"))
         self._warned_no_weights = False
+        # `optimizer.iterations` is read only near logged steps: `_step_bound` is at least
+        # the number of updates applied so far (each batch adds at most one), and
+        # `_next_logged` the next step to log.
+        self._step_bound = self._read_step()
+        self._next_logged = -(-self._step_bound // self.update_freq) * self.update_freq
 
     def on_train_batch_begin(self, batch, logs=None):
-        optimizer = self.model.optimizer
-        step = int(optimizer.iterations.numpy())
-        if step % self.update_freq:
+        if self._step_bound < self._next_logged:
+            self._step_bound += 1
+            return
+        step = self._read_step()
+        self._step_bound = step + 1
+        if step < self._next_logged or step % self.update_freq:
             return
         watched = ratios.watched_variables(self.model.trainable_variables)
         if not watched:
-            if self._warned_no_weights:
-                return
-            self._warned_no_weights = True
-            warnings.warn(
-                f"WeightUpdateRatioCallback: the model has no trainable weights before step "
-                f"{step}, so nothing is logged for it. A model that Keras builds during its "
-                "first step gets its weights then: call it on a batch before fit to log "
-                "step 0.",
-                stacklevel=2,
-            )
+            self._next_logged = step + self.update_freq
+            self._warn_no_weights(step)
             return
         self._pending = (step, watched, ratios.snapshot(watched))
-        rate = _learning_rate(optimizer)
+        rate = _learning_rate(self.model.optimizer)
         if rate is not None:
             with self._writer.as_default():
                 summary.learning_rate(rate, step=step)
@@ -93,10 +94,12 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return
         step, watched, before = self._pending
         self._pending = None
-        if int(self.model.optimizer.iterations.numpy()) == step:
-            return  # the optimizer skipped this update
+        self._step_bound = self._read_step()
+        if self._step_bound == step:
+            return  # the optimizer skipped this update: the next one gets this step
         with self._writer.as_default():
             ratios.record(watched, before, step, self.histograms)
+        self._next_logged = step + self.update_freq
 
     def on_epoch_end(self, epoch, logs=None):
         self._writer.flush()
@@ -105,6 +108,20 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._pending = None
         self._writer.close()
         self._writer = None
+
+    def _read_step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def _warn_no_weights(self, step: int) -> None:
+        if self._warned_no_weights:
+            return
+        self._warned_no_weights = True
+        warnings.warn(
+            f"WeightUpdateRatioCallback: the model has no trainable weights before step "
+            f"{step}, so nothing is logged for it. A model that Keras builds during its first "
+            "step gets its weights then: call it on a batch before fit to log step 0.",
+            stacklevel=3,
+        )
 
 
 def _learning_rate(optimizer: Any) -> float | None:

@@ -191,3 +191,18 @@ def test_bad_arguments_are_clear_errors(kwargs, error, message):
 def test_no_work_in_init(tmp_path):
     WeightUpdateRatioCallback(tmp_path / "logs")
     assert not (tmp_path / "logs").exists()
+
+
+def test_iterations_are_read_only_around_logged_steps(logdir, monkeypatch):
+    reads = []
+    original = WeightUpdateRatioCallback._read_step
+    monkeypatch.setattr(WeightUpdateRatioCallback, "_read_step",
+                        lambda self: reads.append(1) or original(self))
+    model, x, y = mixed_model_and_data()
+    model.compile(optimizer="adam", loss="mse")
+    x = [np.concatenate([a] * 4) for a in x]  # 64 samples: 16 steps of 4
+    y = np.concatenate([y] * 4)
+    reference = _fit(model, x, y, logdir, every=8, epochs=2)  # 32 steps, logs 0, 8, 16, 24
+    assert {step for _, step in _logged(logdir)} == {0, 8, 16, 24}
+    assert_ratios_close(_logged(logdir), reference.expected, rtol=1e-7)
+    assert len(reads) == 1 + 2 * 4  # at train begin, and before and after each logged step
