@@ -1,0 +1,90 @@
+// The backend routes (tb_wur_plugin/http_api.md), relative to the plugin's base URL.
+import { Heatmap, parseHeatmap } from "./codec";
+
+export interface LayerInfo {
+  tag: string;
+  description: string;
+  first_step: number | null;
+  last_step: number | null;
+  logged_steps: number;
+  has_histograms: boolean;
+}
+export interface RunInfo {
+  run: string;
+  first_step: number | null;
+  last_step: number | null;
+  has_learning_rate: boolean;
+  layers: LayerInfo[];
+}
+export interface FlagInfo {
+  tag: string;
+  logged_steps: number;
+  out_of_band_fraction: number;
+  below_steps: number;
+  above_steps: number;
+  first_out_of_band_step: number | null;
+  last_out_of_band_step: number | null;
+  nan_steps: number;
+  first_nan_step: number | null;
+  inf_steps: number;
+  first_inf_step: number | null;
+}
+export interface Flags { run: string; low: number; high: number; layers: FlagInfo[] }
+export interface Series { run: string; tag: string; kind: string; description: string; steps: number[]; wall_times: number[]; values: (number | string)[] }
+export interface Histograms {
+  run: string; tag: string; edges: number[];
+  buckets: { zero: number; underflow: number; first_bin: number; overflow: number; inf: number; nan: number };
+  steps: number[]; wall_times: number[]; counts: number[][];
+}
+
+export class HttpError extends Error {
+  constructor(public readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+export function query(params: Record<string, string | number | string[] | undefined | null>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null) continue;
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else q.append(k, String(v));
+  }
+  return q.toString();
+}
+
+async function get(path: string, signal?: AbortSignal): Promise<Response> {
+  const response = await fetch(path, { signal, credentials: "same-origin" });
+  if (!response.ok) {
+    const text = (await response.text()).trim().split("\n")[0].slice(0, 300);
+    throw new HttpError(response.status, `${path.split("?")[0]}: HTTP ${response.status}${text ? ` — ${text}` : ""}`);
+  }
+  return response;
+}
+
+/** JSON with TensorBoard's non-finite strings turned into numbers. */
+export function parseJsonNumbers(text: string): unknown {
+  return JSON.parse(text, (_k, v) => (v === "NaN" ? NaN : v === "Infinity" ? Infinity : v === "-Infinity" ? -Infinity : v));
+}
+
+async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
+  return parseJsonNumbers(await (await get(path, signal)).text()) as T;
+}
+
+export const api = {
+  runs: (signal?: AbortSignal) => getJson<{ runs: RunInfo[] }>("./runs", signal).then((r) => r.runs),
+  async heatmap(p: { runs: string[]; columns: number; start?: number; end?: number; reduction: string }, signal?: AbortSignal): Promise<Heatmap> {
+    const response = await get(`./heatmap?${query({ run: p.runs, columns: p.columns, start: p.start, end: p.end, reduction: p.reduction })}`, signal);
+    let bytes = new Uint8Array(await response.arrayBuffer());
+    if (bytes[0] === 0x1f && bytes[1] === 0x8b) {
+      // not decoded by the browser (no Content-Encoding): inflate here
+      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      bytes = new Uint8Array(await new Response(stream).arrayBuffer());
+    }
+    return parseHeatmap(bytes);
+  },
+  flags: (run: string, low: number, high: number, signal?: AbortSignal) => getJson<Flags>(`./flags?${query({ run, low, high })}`, signal),
+  series: (run: string, tag: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag })}`, signal),
+  histograms: (run: string, tag: string, signal?: AbortSignal) => getJson<Histograms>(`./histograms?${query({ run, tag })}`, signal),
+  exportUrl: (run: string, format: "csv" | "json") => `./export?${query({ run, format })}`,
+};

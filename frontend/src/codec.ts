@@ -1,0 +1,163 @@
+// The /heatmap wire format (see tb_wur_plugin/http_api.md; tb_wur_plugin/heatmap.py
+// `pack`/`unpack`/`decode_cells` is the reference implementation).
+
+export interface Codes {
+  missing: number;
+  nan: number;
+  inf: number;
+  zero: number;
+  tiny: number;
+  huge: number;
+  first_value: number;
+  mantissas: number;
+  min_exponent: number;
+}
+
+export const DEFAULT_CODES: Codes = {
+  missing: 0, nan: 1, inf: 2, zero: 3, tiny: 4, huge: 5,
+  first_value: 6, mantissas: 900, min_exponent: -42,
+};
+
+export interface HeatmapRun {
+  run: string;
+  tags: string[];
+  /** Row-major [layer][column] codes. */
+  codes: Uint16Array;
+}
+
+export interface Heatmap {
+  start: number;
+  end: number;
+  reduction: string;
+  columns: number;
+  codes: Codes;
+  columnStart: Float64Array;
+  columnFirst: Float64Array;
+  columnLast: Float64Array;
+  columnCount: Uint32Array;
+  runs: HeatmapRun[];
+}
+
+interface ArraySpec { dtype: string; offset: number; length: number }
+
+function readArray(bytes: Uint8Array, base: number, spec: ArraySpec): Float64Array | Uint32Array | Uint16Array {
+  const start = base + spec.offset;
+  const n = spec.length;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  switch (spec.dtype) {
+    case "uint16_planes": {
+      if (start + 2 * n > bytes.length) throw new Error("heatmap payload is truncated");
+      const out = new Uint16Array(n);
+      for (let i = 0; i < n; i++) out[i] = (bytes[start + i] << 8) | bytes[start + n + i];
+      return out;
+    }
+    case "float64": {
+      if (start + 8 * n > bytes.length) throw new Error("heatmap payload is truncated");
+      const out = new Float64Array(n);
+      for (let i = 0; i < n; i++) out[i] = view.getFloat64(start + 8 * i, true);
+      return out;
+    }
+    case "uint32": {
+      if (start + 4 * n > bytes.length) throw new Error("heatmap payload is truncated");
+      const out = new Uint32Array(n);
+      for (let i = 0; i < n; i++) out[i] = view.getUint32(start + 4 * i, true);
+      return out;
+    }
+    case "int64": {
+      if (start + 8 * n > bytes.length) throw new Error("heatmap payload is truncated");
+      const out = new Float64Array(n);
+      for (let i = 0; i < n; i++) out[i] = Number(view.getBigInt64(start + 8 * i, true));
+      return out;
+    }
+    default:
+      throw new Error(`unsupported dtype in heatmap payload: ${spec.dtype}`);
+  }
+}
+
+/** Parses an (already decompressed) WUR1 payload. */
+export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
+  const bytes = buffer instanceof Uint8Array ? buffer : new Uint8Array(buffer);
+  if (bytes.length < 8 || bytes[0] !== 0x57 || bytes[1] !== 0x55 || bytes[2] !== 0x52 || bytes[3] !== 0x31) {
+    throw new Error("not a WUR1 heatmap payload");
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const length = view.getUint32(4, true);
+  if (8 + length > bytes.length) throw new Error("heatmap payload is truncated");
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + length)));
+  const base = 8 + length;
+  const arrays: Record<string, ArraySpec> = header.arrays;
+  const get = (name: string) => {
+    const spec = arrays[name];
+    if (!spec) throw new Error(`heatmap payload lacks array ${name}`);
+    return readArray(bytes, base, spec);
+  };
+  const columns: number = header.columns;
+  const toF64 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Float64Array ? a : Float64Array.from(a));
+  const count = get("column_count");
+  const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string }[]).map((r) => {
+    const codes = get(r.codes);
+    if (!(codes instanceof Uint16Array)) throw new Error("heatmap codes must be uint16");
+    if (codes.length !== r.tags.length * columns) throw new Error("heatmap codes do not match tags x columns");
+    return { run: r.run, tags: r.tags, codes };
+  });
+  return {
+    start: header.start,
+    end: header.end,
+    reduction: header.reduction,
+    columns,
+    codes: { ...DEFAULT_CODES, ...(header.codes ?? {}) },
+    columnStart: toF64(get("column_start")),
+    columnFirst: toF64(get("column_first")),
+    columnLast: toF64(get("column_last")),
+    columnCount: count instanceof Uint32Array ? count : Uint32Array.from(count),
+    runs,
+  };
+}
+
+export type CellKind = "missing" | "nan" | "inf" | "zero" | "tiny" | "huge" | "value";
+
+export function cellKind(code: number, c: Codes = DEFAULT_CODES): CellKind {
+  if (code >= c.first_value) return "value";
+  switch (code) {
+    case c.missing: return "missing";
+    case c.nan: return "nan";
+    case c.inf: return "inf";
+    case c.zero: return "zero";
+    case c.tiny: return "tiny";
+    case c.huge: return "huge";
+    default: return "nan";
+  }
+}
+
+/** Mantissa (100..999) and decimal exponent k of a value code: value = m * 10^k. */
+export function codeParts(code: number, c: Codes = DEFAULT_CODES): { m: number; k: number } {
+  const index = code - c.first_value;
+  return { m: (index % c.mantissas) + 100, k: Math.floor(index / c.mantissas) + c.min_exponent };
+}
+
+/** The ratio a code stands for: the double nearest to m·10^k; NaN for missing and NaN,
+ * +Infinity for inf and huge, 0 for zero and tiny (like heatmap.decode_cells). */
+export function decodeCode(code: number, c: Codes = DEFAULT_CODES): number {
+  switch (cellKind(code, c)) {
+    case "value": {
+      const { m, k } = codeParts(code, c);
+      return parseFloat(`${m}e${k}`);
+    }
+    case "inf": case "huge": return Infinity;
+    case "zero": case "tiny": return 0;
+    default: return NaN;
+  }
+}
+
+/** log10 of a value code's ratio (exact from m and k). */
+export function codeLog10(code: number, c: Codes = DEFAULT_CODES): number {
+  const { m, k } = codeParts(code, c);
+  return Math.log10(m) + k;
+}
+
+/** Inclusive step range [first, last] covered by column `k`. */
+export function columnRange(h: Heatmap, k: number): [number, number] {
+  const start = h.columnStart[k];
+  const end = k + 1 < h.columns ? h.columnStart[k + 1] - 1 : h.end;
+  return [start, end];
+}

@@ -1,0 +1,134 @@
+// Color of a cell: log10(ratio) on viridis (perceptually uniform, from d3-scale-chromatic)
+// over a domain shared by every heatmap on screen; fixed, distinct colors for the special
+// cells. Colors are packed as RGBA in a Uint32 (little-endian ImageData byte order).
+import { interpolateViridis } from "d3-scale-chromatic";
+import { cellKind, codeLog10, Codes, DEFAULT_CODES } from "./codec";
+
+export type Special = "missing" | "zero" | "tiny" | "inf" | "huge" | "nan";
+
+export interface Theme {
+  dark: boolean;
+}
+
+/** CSS colors of the special cells; the legend shows each with its meaning. */
+export function specialColors(theme: Theme): Record<Special, string> {
+  return {
+    missing: theme.dark ? "#3c4043" : "#e8eaed",
+    zero: "#000000",
+    tiny: "#5f6368",
+    inf: "#ff2bd6",
+    huge: "#ffffff",
+    nan: "#e8000b",
+  };
+}
+
+export const SPECIAL_MEANING: Record<Special, string> = {
+  missing: "not logged in this column",
+  zero: "0: the weights did not move",
+  tiny: "below 1e-40",
+  inf: "+inf: zero weights that moved",
+  huge: "1e24 or more",
+  nan: "NaN: weights or update not finite",
+};
+
+export interface Domain { lo: number; hi: number }
+
+/** The band and its target, as ratios. */
+export interface Band { low: number; high: number; target: number }
+export const DEFAULT_BAND: Band = { low: 1e-4, high: 1e-2, target: 1e-3 };
+
+/** A color domain in log10 units: integers, covering the band with a decade to spare on each
+ * side, widened to the data's extent (finite positive cells of every shown run). */
+export function colorDomain(dataLo: number, dataHi: number, band: Band = DEFAULT_BAND): Domain {
+  let lo = Math.floor(Math.log10(band.low)) - 1;
+  let hi = Math.ceil(Math.log10(band.high)) + 1;
+  if (Number.isFinite(dataLo)) lo = Math.min(lo, Math.floor(dataLo));
+  if (Number.isFinite(dataHi)) hi = Math.max(hi, Math.ceil(dataHi));
+  if (hi <= lo) hi = lo + 1;
+  return { lo, hi };
+}
+
+/** Position 0..1 of log10 value `x` in the domain, clamped. */
+export function domainPosition(x: number, d: Domain): number {
+  const t = (x - d.lo) / (d.hi - d.lo);
+  return t < 0 ? 0 : t > 1 ? 1 : t;
+}
+
+export function parseCssColor(css: string): [number, number, number] {
+  const hex = /^#([0-9a-f]{6})$/i.exec(css);
+  if (hex) {
+    const v = parseInt(hex[1], 16);
+    return [(v >> 16) & 255, (v >> 8) & 255, v & 255];
+  }
+  const rgb = /^rgba?\(\s*(\d+)[,\s]+(\d+)[,\s]+(\d+)/i.exec(css);
+  if (rgb) return [+rgb[1], +rgb[2], +rgb[3]];
+  throw new Error(`unsupported color ${css}`);
+}
+
+export function packRGBA(r: number, g: number, b: number, a = 255): number {
+  return ((a << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}
+
+export function unpackRGBA(v: number): [number, number, number, number] {
+  return [v & 255, (v >>> 8) & 255, (v >>> 16) & 255, (v >>> 24) & 255];
+}
+
+export const RAMP_SIZE = 256;
+let ramp: Uint32Array | null = null;
+/** viridis sampled at RAMP_SIZE points. */
+export function viridisRamp(): Uint32Array {
+  if (!ramp) {
+    ramp = new Uint32Array(RAMP_SIZE);
+    for (let i = 0; i < RAMP_SIZE; i++) {
+      const [r, g, b] = parseCssColor(interpolateViridis(i / (RAMP_SIZE - 1)));
+      ramp[i] = packRGBA(r, g, b);
+    }
+  }
+  return ramp;
+}
+
+/** CSS color of log10 value x in domain d. */
+export function colorOfLog10(x: number, d: Domain): string {
+  const [r, g, b] = unpackRGBA(viridisRamp()[Math.round(domainPosition(x, d) * (RAMP_SIZE - 1))]);
+  return `rgb(${r}, ${g}, ${b})`;
+}
+
+/** A lookup table: code -> packed RGBA, for every code a payload may hold. One table per
+ * (domain, theme) makes drawing one array lookup per cell. */
+export function codeColorTable(d: Domain, theme: Theme, c: Codes = DEFAULT_CODES, maxExponent = 21): Uint32Array {
+  const size = c.first_value + (maxExponent - c.min_exponent + 1) * c.mantissas;
+  const table = new Uint32Array(size);
+  const specials = specialColors(theme);
+  const v = viridisRamp();
+  for (let code = 0; code < size; code++) {
+    const kind = cellKind(code, c);
+    if (kind === "value") {
+      table[code] = v[Math.round(domainPosition(codeLog10(code, c), d) * (RAMP_SIZE - 1))];
+    } else {
+      const [r, g, b] = parseCssColor(specials[kind]);
+      table[code] = packRGBA(r, g, b);
+    }
+  }
+  return table;
+}
+
+/** Color of one code, also for codes beyond the table (treated as huge). */
+export function colorOfCode(table: Uint32Array, code: number): number {
+  return code < table.length ? table[code] : table[5];
+}
+
+/** Extent [min, max] of log10 over the value codes of the given arrays (NaN, NaN if none). */
+export function codeExtent(arrays: Uint16Array[], c: Codes = DEFAULT_CODES): [number, number] {
+  let lo = Infinity, hi = -Infinity;
+  for (const a of arrays) {
+    for (let i = 0; i < a.length; i++) {
+      const code = a[i];
+      if (code >= c.first_value) {
+        if (code < lo) lo = code;
+        if (code > hi) hi = code;
+      }
+    }
+  }
+  if (lo === Infinity) return [NaN, NaN];
+  return [codeLog10(lo, c), codeLog10(hi, c)]; // codes are monotonic in the value
+}

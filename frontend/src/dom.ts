@@ -1,0 +1,39 @@
+// Tiny DOM helpers. Text always goes in through textContent: names are never parsed as HTML.
+export function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K, attrs: Record<string, string | number | boolean | undefined> = {}, ...children: (Node | string | null | undefined | false)[]
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === false) continue;
+    if (k === "class") node.className = String(v);
+    else if (k === "text") node.textContent = String(v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(typeof c === "string" ? document.createTextNode(c) : c);
+  }
+  return node;
+}
+
+/** Run colors: TensorBoard's palette, keyed by a hash of the run name (stable across reloads). */
+const PALETTE = ["#ff7043", "#0077bb", "#cc3311", "#33bbee", "#ee3377", "#009988", "#bbbbbb", "#795548", "#7e57c2", "#c0ca33"];
+export function runColor(name: string): string {
+  let h = 2166136261;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 16777619);
+  return PALETTE[(h >>> 0) % PALETTE.length];
+}
+
+/** A regular expression from user input, case-insensitive; an Error when it does not parse. */
+export function compileFilter(text: string): RegExp | null | Error {
+  if (!text.trim()) return null;
+  try {
+    return new RegExp(text, "i");
+  } catch (e) {
+    return e instanceof Error ? e : new Error(String(e));
+  }
+}
+
+export function safeFileName(name: string): string {
+  return name.replace(/[^A-Za-z0-9._-]+/g, "_").replace(/^[._]+|[._]+$/g, "") || "run";
+}

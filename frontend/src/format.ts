@@ -1,0 +1,104 @@
+// Text shown to the user: ratios, steps, ticks, tooltips. Pure functions.
+import { cellKind, codeLog10, Codes, decodeCode, DEFAULT_CODES, Heatmap, columnRange } from "./codec";
+
+/** A ratio to 3 significant digits, as JavaScript's toPrecision(3) writes it. */
+export function formatRatio(value: number): string {
+  if (Number.isNaN(value)) return "NaN";
+  if (value === Infinity) return "+inf";
+  if (value === -Infinity) return "-inf";
+  if (value === 0) return "0";
+  return value.toPrecision(3);
+}
+
+/** A short ratio for labels: 1e-4, 2.5e-3 (3 significant digits at most). */
+export function formatShortRatio(value: number): string {
+  if (!(value > 0) || !Number.isFinite(value)) return formatRatio(value);
+  return Number(value.toPrecision(3)).toExponential();
+}
+
+/** An integer step with thin grouping: 12000 -> "12,000". */
+export function formatStep(step: number): string {
+  if (!Number.isFinite(step)) return String(step);
+  return Math.round(step).toLocaleString("en-US");
+}
+
+/** A compact step for axis ticks: 1500 -> "1.5k", 2000000 -> "2M". */
+export function formatStepShort(step: number): string {
+  const a = Math.abs(step);
+  const trim = (x: number) => String(Number(x.toPrecision(3)));
+  if (a >= 1e9) return trim(step / 1e9) + "G";
+  if (a >= 1e6) return trim(step / 1e6) + "M";
+  if (a >= 1e4) return trim(step / 1e3) + "k";
+  return String(Math.round(step));
+}
+
+/** "Nice" integer tick values in [lo, hi], about `target` of them (1-2-5 steps). */
+export function stepTicks(lo: number, hi: number, target = 6): number[] {
+  if (!(hi >= lo) || !Number.isFinite(lo) || !Number.isFinite(hi)) return [];
+  if (hi === lo) return [lo];
+  const raw = (hi - lo) / Math.max(1, target);
+  const power = Math.pow(10, Math.floor(Math.log10(raw)));
+  let step = power;
+  for (const f of [1, 2, 5, 10]) {
+    step = f * power;
+    if (step >= raw) break;
+  }
+  step = Math.max(1, Math.round(step));
+  const ticks: number[] = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) ticks.push(t);
+  return ticks;
+}
+
+/** Label of a power of ten: 1e-3 for -3, 1 for 0, 10 for 1. */
+export function formatPow10(k: number): string {
+  if (k === 0) return "1";
+  if (k === 1) return "10";
+  return `1e${k}`;
+}
+
+/** Integer decades from lo to hi (log10 units) for a log axis, thinned to at most `max`. */
+export function decadeTicks(lo: number, hi: number, max = 8): number[] {
+  const a = Math.ceil(lo), b = Math.floor(hi);
+  if (b < a) return [];
+  const every = Math.max(1, Math.ceil((b - a + 1) / max));
+  const out: number[] = [];
+  for (let k = a; k <= b; k++) if ((k - a) % every === 0) out.push(k);
+  return out;
+}
+
+/** "step 40" for a column holding one logged step, else "steps 40–49". */
+export function columnLabel(h: Heatmap, k: number): string {
+  if (h.columnCount[k] === 1 && !Number.isNaN(h.columnFirst[k])) return `step ${formatStep(h.columnFirst[k])}`;
+  const [a, b] = columnRange(h, k);
+  if (a === b) return `step ${formatStep(a)}`;
+  return `steps ${formatStep(a)}–${formatStep(b)}`;
+}
+
+/** The ratio part of a tooltip: value and log10, or what a special cell means. */
+export function cellValueText(code: number, c: Codes = DEFAULT_CODES): { ratio: string; log10: string } {
+  switch (cellKind(code, c)) {
+    case "value": {
+      const lg = codeLog10(code, c);
+      return { ratio: formatRatio(decodeCode(code, c)), log10: lg.toFixed(2) };
+    }
+    case "missing": return { ratio: "not logged", log10: "" };
+    case "nan": return { ratio: "NaN (weights or update not finite)", log10: "" };
+    case "inf": return { ratio: "+inf (zero weights moved)", log10: "" };
+    case "zero": return { ratio: "0 (weights did not move)", log10: "-inf" };
+    case "tiny": return { ratio: "< 1.00e-40", log10: "< -40" };
+    case "huge": return { ratio: "≥ 1.00e+24", log10: "≥ 24" };
+  }
+}
+
+/** Lines of the hover tooltip of the cell (row, column k) of run `runIndex`. */
+export function tooltipLines(h: Heatmap, runIndex: number, row: number, k: number, reduction?: string): string[] {
+  const run = h.runs[runIndex];
+  const code = run.codes[row * h.columns + k];
+  const { ratio, log10 } = cellValueText(code, h.codes);
+  const lines = [run.tags[row], `${columnLabel(h, k)}  ·  run ${run.run}`, `ratio ${ratio}`];
+  if (log10) lines.push(`log10 ${log10}`);
+  if (h.columnCount[k] > 1 && cellKind(code, h.codes) !== "missing") {
+    lines.push(`${h.columnCount[k]} logged steps, ${reduction ?? h.reduction}`);
+  }
+  return lines;
+}
