@@ -4,7 +4,7 @@ For one variable with values w before and w' after a step, Δw = w' − w and
 
     ratio = ‖Δw‖₂ / ‖w‖₂        (+inf if ‖w‖ = 0 < ‖Δw‖, 0 if both are 0, NaN if not finite)
 
-computed from float64 sums of squares. The elementwise ratios |Δw_i| / |w_i| follow the same
+computed from sums of squares (see `update_ratios`). The elementwise ratios |Δw_i| / |w_i| follow the same
 conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
 """
 
@@ -25,20 +25,48 @@ class WatchedVariable(NamedTuple):
 
 
 def update_ratios(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf.Tensor:
-    """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above."""
+    """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above.
+
+    The sums of squares are taken in the variables' precision (at least float32) in one pass
+    each (relative error about 1e-7); where one of them may have overflowed, underflowed or
+    is not finite, all are taken again exactly in float64. The pairs are processed one after
+    the other, so that one update Δw is held at a time.
+    """
     if not before:
         return tf.zeros([0], tf.float64)
-    squared_weights = []
-    squared_updates = []
-    for old, new in zip(before, after):
-        old64 = tf.cast(old, tf.float64)
-        squared_weights.append(tf.reduce_sum(tf.square(old64)))
-        squared_updates.append(tf.reduce_sum(tf.square(tf.cast(new, tf.float64) - old64)))
-    weights = tf.stack(squared_weights)
-    updates = tf.stack(squared_updates)
+    weights, updates = _sums_of_squares(before, after, exact=False)
+    suspect = ~(
+        tf.math.is_finite(weights) & tf.math.is_finite(updates)
+        & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
+    )
+    weights, updates = tf.cond(
+        tf.reduce_any(suspect),
+        lambda: _sums_of_squares(before, after, exact=True),
+        lambda: (weights, updates),
+    )
     ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
     finite = tf.math.is_finite(weights) & tf.math.is_finite(updates)
     return tf.where(finite, ratio, tf.fill(tf.shape(ratio), tf.constant(float("nan"), tf.float64)))
+
+
+# Below this a float32 sum of squares may have lost precision to underflow.
+_SMALLEST_SAFE_SUM = 1e-30
+
+
+def _sums_of_squares(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """float64[n] vectors Σw² and Σ(Δw)²; in float64 if `exact`, else in the variables'
+    precision (float32 for float16/bfloat16/float32)."""
+    weights, updates, previous = [], [], []
+    for old, new in zip(before, after):
+        dtype = tf.float64 if exact or old.dtype == tf.float64 else tf.float32
+        with tf.control_dependencies(previous):
+            old_value = tf.cast(old, dtype)
+            delta = tf.cast(new, dtype) - old_value
+            update = 2.0 * tf.nn.l2_loss(delta)
+        weights.append(tf.cast(2.0 * tf.nn.l2_loss(old_value), tf.float64))
+        updates.append(tf.cast(update, tf.float64))
+        previous = [update]
+    return tf.stack(weights), tf.stack(updates)
 
 
 def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
@@ -175,7 +203,7 @@ def _write_ratios(
     histograms: bool,
 ) -> tf.Tensor:
     after = [v.read_value() for v in variables]
-    ratios = update_ratios(before, after)
+    stored = tf.unstack(summary.to_stored_scalar(update_ratios(before, after)), num=len(tags))
     written = []
     with tf.summary.record_if(True):
         for index, (tag, variable) in enumerate(zip(tags, variables)):
@@ -183,7 +211,7 @@ def _write_ratios(
             written.append(
                 summary.write(
                     tag,
-                    lambda i=index: summary.to_stored_scalar(ratios[i]),
+                    lambda i=index: stored[i],
                     step,
                     metadata.create_summary_metadata(
                         metadata.KIND_RATIO, f"Weight-update ratio {about}", index

@@ -80,7 +80,8 @@ def reference_buckets(values: np.ndarray) -> np.ndarray:
 def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
     """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN.
 
-    Stored ratios are float32: rtol=1e-7 is float32 rounding (2**-24 ≈ 6e-8)."""
+    Ratios are summed in float32 (relative error about 1e-7) and stored as float32 (6e-8):
+    rtol=5e-7 allows both."""
     assert set(actual) == set(expected), (sorted(actual), sorted(expected))
     for key, want in expected.items():
         got = actual[key]

@@ -75,7 +75,7 @@ def test_callback_matches_numpy_reference(logdir, name, run_eagerly):
     model.compile(optimizer=OPTIMIZERS[name](), loss="mse", run_eagerly=run_eagerly)
     reference = _fit(model, x, y, logdir, every=3)  # 16 samples / 4 = 4 steps per epoch
     logged = _logged(logdir)
-    assert_ratios_close(logged, reference.expected, rtol=1e-7)
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
     assert {step for _, step in logged} == {0, 3, 6}
     assert {tag for tag, _ in logged} == {v.path for v in model.trainable_variables}
 
@@ -125,7 +125,7 @@ def test_loss_scale_optimizer_logs_float32_weights_and_skips_skipped_steps(
     assert reference.skipped[:1] == [0]
     assert all(v.dtype == "float32" for v in model.trainable_variables)
     logged = _logged(logdir)
-    assert_ratios_close(logged, reference.expected, rtol=1e-7)
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
     steps = sorted({step for _, step in logged})
     assert steps[0] == 0 and all(np.isfinite(r) for (_, s), r in logged.items() if s > 0)
 
@@ -151,7 +151,7 @@ def test_variables_created_at_the_first_step_are_logged_from_the_next_logged_ste
         reference = _fit(model, x, np.zeros((16, 1), "float32"), logdir, every=2, epochs=1)
     logged = _logged(logdir)
     assert {(v.path, 2) for v in model.trainable_variables} == set(logged)
-    assert_ratios_close(logged, reference.expected, rtol=1e-7)
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
 
 
 def test_a_subclassed_model_built_before_fit_is_logged_from_step_0(logdir):
@@ -162,7 +162,7 @@ def test_a_subclassed_model_built_before_fit_is_logged_from_step_0(logdir):
     reference = _fit(model, x, np.zeros((16, 1), "float32"), logdir, every=2, epochs=1)
     logged = _logged(logdir)
     assert {step for _, step in logged} == {0, 2} and len(logged) == 8
-    assert_ratios_close(logged, reference.expected, rtol=1e-7)
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
 
 
 def test_steps_per_execution_above_one_is_refused(logdir):
@@ -204,5 +204,5 @@ def test_iterations_are_read_only_around_logged_steps(logdir, monkeypatch):
     y = np.concatenate([y] * 4)
     reference = _fit(model, x, y, logdir, every=8, epochs=2)  # 32 steps, logs 0, 8, 16, 24
     assert {step for _, step in _logged(logdir)} == {0, 8, 16, 24}
-    assert_ratios_close(_logged(logdir), reference.expected, rtol=1e-7)
+    assert_ratios_close(_logged(logdir), reference.expected, rtol=5e-7)
     assert len(reads) == 1 + 2 * 4  # at train begin, and before and after each logged step

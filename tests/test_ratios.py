@@ -61,7 +61,7 @@ def test_watch_matches_numpy_reference(logdir, name, use_function):
         model, OPTIMIZERS[name](), x, y, logdir, steps=3, use_function=use_function
     )
     logged = _logged(logdir)
-    assert_ratios_close(logged, expected, rtol=1e-7)
+    assert_ratios_close(logged, expected, rtol=5e-7)
     paths = {v.path for v in model.trainable_variables}
     assert {tag for tag, _ in logged} == paths  # tags are the variable paths
     assert any("embed" in p for p in paths) and any("lstm" in p for p in paths)
@@ -77,8 +77,8 @@ def test_watch_matches_numpy_reference(logdir, name, use_function):
             # ... up to the float32 rounding of lr·g and of w - lr·g: an ulp each at most
             ulps = np.spacing(new).astype(np.float64) + np.spacing(lr * grad).astype(np.float64)
             rounding = np.linalg.norm(ulps) / weight
-            # (and the float32 the ratio is stored as)
-            assert abs(logged[key] - want) <= rounding + 6e-8 * want, (key, logged[key], want)
+            # (and the float32 sums and storage of the ratio)
+            assert abs(logged[key] - want) <= rounding + 5e-7 * want, (key, logged[key], want)
 
 
 def test_zero_initialised_biases_start_at_inf(logdir):
@@ -114,6 +114,11 @@ def test_update_ratios_special_values():
     assert ratio([3.0, 4.0], [3.0, 4.5]) == pytest.approx(0.1)
     # float32 extremes: squares overflow float32, not the float64 sums
     assert ratio(np.float32([3e30, 4e30]), np.float32([3e30, 4.5e30])) == pytest.approx(0.1)
+    # ... and underflow them: both are taken again in float64
+    assert ratio(np.float32([3e-25, 4e-25]), np.float32([3e-25, 4.5e-25])) == pytest.approx(0.1)
+    assert ratio(np.float32([1.0, 1.0]), np.float32([1.0, 1.0 + 2**-23])) == pytest.approx(
+        2**-23 / np.sqrt(2), rel=1e-6
+    )
     assert ratio(np.float16([3.0, 4.0]), np.float16([3.0, 4.5])) == pytest.approx(0.1)
 
 
