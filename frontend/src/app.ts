@@ -508,7 +508,11 @@ export class App {
       canvas.focus({ preventScroll: true });
       this.drag = { block, col: cell.col, moved: false };
     });
-    canvas.addEventListener("dblclick", (e) => { e.preventDefault(); if (this.zoom) this.setZoom(null); });
+    canvas.addEventListener("dblclick", (e) => {
+      e.preventDefault();
+      clearTimeout(this.clickTimer);
+      if (this.zoom) this.setZoom(null);
+    });
     canvas.addEventListener("keydown", (e) => this.onCanvasKey(block, e));
     canvas.addEventListener("focus", () => {
       const c = this.keyCursor.get(block.run) ?? { row: 0, col: 0 };
@@ -534,10 +538,14 @@ export class App {
     }
     const cell = cellAt(e.clientX - rect.left, e.clientY - rect.top, rect.width, block.rowHeight, block.rows.length, this.heatmap.columns);
     if (cell) {
+      // wait a moment: the click may be the first half of a double-click (reset zoom)
       const run = this.heatmap.runs[block.runIndex];
-      void this.openDetail({ run: run.run, tag: run.tags[block.rows[cell.row]] }, true);
+      const ref = { run: run.run, tag: run.tags[block.rows[cell.row]] };
+      clearTimeout(this.clickTimer);
+      this.clickTimer = window.setTimeout(() => void this.openDetail(ref, true), 260);
     }
   }
+  private clickTimer = 0;
 
   private showSelection(block: Block, a: number, b: number): void {
     const cols = this.heatmap!.columns;
@@ -680,6 +688,7 @@ export class App {
     swatch.style.background = runColor(ref.run);
     const head = el("div", { class: "wur-detail-head" }, swatch, el("h3", { text: ref.tag }), el("span", { class: "wur-meta", text: `run ${ref.run}` }), el("span", { class: "wur-spacer" }), close);
     if (this.detail.hidden || this.detail.getAttribute("data-tag") !== ref.tag || this.detail.getAttribute("data-run") !== ref.run) {
+      this.detail.style.minHeight = this.detail.hidden ? "" : `${this.detail.offsetHeight}px`; // no layout jump while loading
       this.detail.replaceChildren(head, el("div", { class: "wur-meta", text: "Loading…" }));
     }
     this.detail.hidden = false;
@@ -720,6 +729,7 @@ export class App {
         parts.push(el("div", { class: "wur-meta", text: "No histograms were logged for this layer (histograms=True in the callback or watch logs them)." }));
       }
       this.detail.replaceChildren(...parts);
+      this.detail.style.minHeight = "";
     } catch (e) {
       if (controller.signal.aborted || (e instanceof DOMException && e.name === "AbortError")) return;
       if (e instanceof HttpError && e.status === 404) {

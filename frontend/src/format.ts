@@ -16,10 +16,10 @@ export function formatShortRatio(value: number): string {
   return Number(value.toPrecision(3)).toExponential();
 }
 
-/** An integer step with thin grouping: 12000 -> "12,000". */
+/** An integer step, plain digits (searchable: "12000", not "12,000"). */
 export function formatStep(step: number): string {
   if (!Number.isFinite(step)) return String(step);
-  return Math.round(step).toLocaleString("en-US");
+  return String(Math.round(step));
 }
 
 /** A compact step for axis ticks: 1500 -> "1.5k", 2000000 -> "2M". */
@@ -38,12 +38,9 @@ export function stepTicks(lo: number, hi: number, target = 6): number[] {
   if (hi === lo) return [lo];
   const raw = (hi - lo) / Math.max(1, target);
   const power = Math.pow(10, Math.floor(Math.log10(raw)));
-  let step = power;
-  for (const f of [1, 2, 5, 10]) {
-    step = f * power;
-    if (step >= raw) break;
-  }
-  step = Math.max(1, Math.round(step));
+  const error = raw / power; // 1 <= error < 10: round to the nearest of 1, 2, 5, 10 (as d3 does)
+  const factor = error >= Math.sqrt(50) ? 10 : error >= Math.sqrt(10) ? 5 : error >= Math.sqrt(2) ? 2 : 1;
+  const step = Math.max(1, Math.round(factor * power));
   const ticks: number[] = [];
   for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) ticks.push(t);
   return ticks;

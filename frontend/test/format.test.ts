@@ -1,0 +1,59 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { parseHeatmap } from "../src/codec";
+import { cellValueText, columnLabel, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
+import { sample } from "./codec.test";
+
+test("ratios to 3 significant digits, specials in words", () => {
+  assert.equal(formatRatio(0.000521), "0.000521");
+  assert.equal(formatRatio(1.2345e-7), "1.23e-7");
+  assert.equal(formatRatio(NaN), "NaN");
+  assert.equal(formatRatio(Infinity), "+inf");
+  assert.equal(formatRatio(0), "0");
+  assert.equal(formatShortRatio(1e-4), "1e-4");
+  assert.equal(formatShortRatio(0.0025), "2.5e-3");
+});
+
+test("steps: plain digits in text, compact on axes", () => {
+  assert.equal(formatStep(12000), "12000");
+  assert.equal(formatStepShort(950), "950");
+  assert.equal(formatStepShort(12000), "12k");
+  assert.equal(formatStepShort(1500000), "1.5M");
+});
+
+test("step ticks are 1-2-5 multiples inside the range", () => {
+  assert.deepEqual(stepTicks(0, 145, 6), [0, 20, 40, 60, 80, 100, 120, 140]);
+  assert.deepEqual(stepTicks(0, 4999, 5), [0, 1000, 2000, 3000, 4000]);
+  assert.deepEqual(stepTicks(10, 49, 4), [10, 20, 30, 40]);
+  assert.deepEqual(stepTicks(7, 7), [7]);
+  assert.deepEqual(stepTicks(0, 3, 10), [0, 1, 2, 3]); // never fractional steps
+  assert.deepEqual(stepTicks(5, 1), []);
+});
+
+test("decade ticks and their labels", () => {
+  assert.deepEqual(decadeTicks(-6.2, -0.5), [-6, -5, -4, -3, -2, -1]);
+  assert.deepEqual(decadeTicks(-40, 0, 5), [-40, -31, -22, -13, -4]);
+  assert.equal(formatPow10(-3), "1e-3");
+  assert.equal(formatPow10(0), "1");
+  assert.equal(formatPow10(1), "10");
+});
+
+test("column labels: one step, or the step range of a bin", () => {
+  const h = parseHeatmap(sample());
+  assert.equal(columnLabel(h, 0), "step 0");
+  assert.equal(columnLabel(h, 1), "step 10");
+  assert.equal(columnLabel(h, 2), "steps 20–29");
+});
+
+test("tooltip: tag, step, ratio to 3 digits and log10; specials explained", () => {
+  const h = parseHeatmap(sample());
+  assert.deepEqual(tooltipLines(h, 0, 0, 0), ["a/kernel", "step 0  ·  run r<b>", "ratio 0.00123", "log10 -2.91"]);
+  assert.deepEqual(tooltipLines(h, 0, 0, 2), ["a/kernel", "steps 20–29  ·  run r<b>", "ratio NaN (weights or update not finite)", "2 logged steps, mean_log10"]);
+  assert.equal(tooltipLines(h, 0, 0, 1)[2], "ratio not logged");
+  assert.equal(tooltipLines(h, 0, 1, 0)[2], "ratio +inf (zero weights moved)");
+  assert.equal(tooltipLines(h, 0, 1, 1)[2], "ratio 0 (weights did not move)");
+  assert.deepEqual(tooltipLines(h, 0, 1, 2).slice(2), ["ratio 0.0000456", "log10 -4.34", "2 logged steps, mean_log10"]);
+  assert.equal(tooltipLines(h, 0, 1, 0)[0], "<img src=x onerror=alert(1)>"); // text, the DOM layer sets textContent
+  assert.equal(cellValueText(4).ratio, "< 1.00e-40");
+  assert.equal(cellValueText(5).ratio, "≥ 1.00e+24");
+});

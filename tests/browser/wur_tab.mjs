@@ -1,0 +1,370 @@
+// Browser test of the WUR tab in Debian's chromium, driven by playwright-core.
+//   node tests/browser/wur_tab.mjs CONFIG.json
+// CONFIG: {url, mode: "data" | "empty" | "screenshot", artifacts, label, runs: [{run, tags, steps}],
+//          exports: {run: export JSON}, flags: {run: [tag, ...]}, histogram_tag, screenshot}
+// Exits non-zero with a message naming the failed check. Called by tests/test_frontend.py.
+import { createRequire } from "node:module";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, "..", "..", "frontend", "package.json"));
+const { chromium } = require("playwright-core");
+
+const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const CHROMIUM = process.env.WUR_CHROMIUM || "/usr/bin/chromium";
+const XSS_TAG = "<img src=x onerror=alert(1)>";
+
+class CheckFailed extends Error {}
+function check(ok, message) {
+  if (!ok) throw new CheckFailed(message);
+}
+function log(message) {
+  process.stdout.write(`[${config.label}] ${message}\n`);
+}
+
+/** What the tooltip must say about an exported ratio (TensorBoard JSON: non-finite as strings). */
+function expectedRatioText(v) {
+  if (v === "NaN") return "ratio NaN";
+  if (v === "Infinity") return "ratio +inf";
+  if (v === 0) return "ratio 0";
+  return `ratio ${Number(v).toPrecision(3)}`;
+}
+
+async function main() {
+  check(existsSync(CHROMIUM), `no browser at ${CHROMIUM}: run scripts/frontend.sh (apt-get install -y chromium)`);
+  const profile = mkdtempSync(path.join(os.tmpdir(), "wur-chromium-"));
+  const downloads = mkdtempSync(path.join(os.tmpdir(), "wur-downloads-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    acceptDownloads: true,
+    downloadsPath: downloads,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  const errors = [];
+  const dialogs = [];
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    page.setDefaultTimeout(20000);
+    page.on("console", (m) => {
+      const where = m.location()?.url ?? "";
+      // the browser's own favicon request when the plugin page is opened on its own
+      if (m.type() === "error" && !where.endsWith("/favicon.ico")) errors.push(`console: ${m.text()} @ ${where}`);
+    });
+    page.on("pageerror", (e) => errors.push(`page error: ${e.message}`));
+    page.on("dialog", async (d) => { dialogs.push(d.message()); await d.dismiss(); });
+    if (config.mode === "empty") await empty(page);
+    else if (config.mode === "screenshot") await screenshot(page);
+    else await full(page, context);
+    check(!dialogs.length, `a dialog opened (script injection?): ${dialogs.join(", ")}`);
+    check(!errors.length, `errors in the browser console:\n  ${errors.join("\n  ")}`);
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+    rmSync(downloads, { recursive: true, force: true });
+  }
+}
+
+function frame(page) {
+  return page.frameLocator('iframe[src*="plugin_entry.html?name=wur"]');
+}
+
+async function openTab(page) {
+  const t0 = Date.now();
+  await page.goto(`${config.url}/#wur`);
+  const f = frame(page);
+  await f.locator('[data-testid="wur-ready"]').waitFor({ timeout: 60000 });
+  log(`tab ready in ${Date.now() - t0} ms`);
+  return f;
+}
+
+async function heatmapAttrs(f) {
+  return f.locator('[data-testid="wur-heatmap"]').evaluateAll((els) =>
+    els.map((e) => ({ run: e.dataset.run, rows: +e.dataset.rows, cols: +e.dataset.cols, start: +e.dataset.start, end: +e.dataset.end, reduction: e.dataset.reduction })));
+}
+
+async function waitAttrs(f, predicate, what) {
+  const deadline = Date.now() + 20000;
+  let last;
+  while (Date.now() < deadline) {
+    last = await heatmapAttrs(f);
+    if (predicate(last)) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new CheckFailed(`timed out waiting for ${what}; heatmaps: ${JSON.stringify(last)}`);
+}
+
+/** Center of cell (row, col) of the heatmap of `run`, in page coordinates. */
+async function cellCenter(f, run, row, col) {
+  const canvas = f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`);
+  const box = await canvas.boundingBox();
+  const rows = +(await canvas.getAttribute("data-rows"));
+  const cols = +(await canvas.getAttribute("data-cols"));
+  check(box && rows && cols, `heatmap of ${run} has no size (${JSON.stringify(box)}, ${rows}x${cols})`);
+  return { x: box.x + ((col + 0.5) * box.width) / cols, y: box.y + ((row + 0.5) * box.height) / rows };
+}
+
+async function hoverText(page, f, run, row, col) {
+  const { x, y } = await cellCenter(f, run, row, col);
+  await page.mouse.move(x, y);
+  const tip = f.locator('[data-testid="wur-tooltip"]');
+  await tip.waitFor({ state: "visible" });
+  return tip.innerText();
+}
+
+async function full(page, context) {
+  const f = await openTab(page);
+  const want = config.runs;
+
+  // rows and columns match the data, runs in order
+  await waitAttrs(f, (a) => a.length === want.length, `${want.length} heatmaps`);
+  let attrs = await heatmapAttrs(f);
+  check(JSON.stringify(attrs.map((a) => a.run)) === JSON.stringify(want.map((w) => w.run)), `runs shown ${JSON.stringify(attrs.map((a) => a.run))}`);
+  for (const [i, w] of want.entries()) {
+    check(attrs[i].rows === w.tags.length, `${w.run}: data-rows ${attrs[i].rows}, want ${w.tags.length}`);
+    check(attrs[i].cols === w.steps.length, `${w.run}: data-cols ${attrs[i].cols}, want ${w.steps.length}`);
+    const labels = await f.locator(`[data-testid="wur-heatmap"][data-run="${w.run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').allTextContents();
+    check(JSON.stringify(labels) === JSON.stringify(w.tags), `${w.run}: row labels ${JSON.stringify(labels)}, want ${JSON.stringify(w.tags)}`);
+  }
+  log(`heatmaps ${JSON.stringify(attrs.map((a) => `${a.run} ${a.rows}x${a.cols}`))}`);
+
+  // the tooltip shows the exact exported value, for every cell of the first run and some of the second
+  let hovered = 0;
+  for (const w of want) {
+    const exported = config.exports[w.run];
+    const cols = w.run === want[0].run ? w.steps.map((_, c) => c) : [0, Math.floor(w.steps.length / 2), w.steps.length - 1];
+    for (const [row, tag] of w.tags.entries()) {
+      for (const col of cols) {
+        const step = w.steps[col];
+        const point = exported[tag].find((p) => p[1] === step);
+        check(point, `export of ${w.run} lacks ${tag} at step ${step}`);
+        const text = await hoverText(page, f, w.run, row, col);
+        for (const part of [tag, `step ${step}`, expectedRatioText(point[2])]) {
+          check(text.includes(part), `tooltip of ${w.run} ${tag} at step ${step} lacks "${part}":\n${text}`);
+        }
+        hovered++;
+      }
+    }
+  }
+  log(`${hovered} tooltips match the export`);
+
+  // tag and run names are text: the XSS tag is a label, no img element, no dialog
+  check(await f.locator("img").count() === 0, "an <img> element exists in the tab");
+  check(await f.locator('[data-testid="wur-row-label"]', { hasText: XSS_TAG }).count() >= 1, "the XSS tag is not shown as text");
+
+  // legend: the band and the special colors are explained
+  const legend = await f.locator('[data-testid="wur-legend"]').innerText();
+  for (const part of ["not logged", "did not move", "+inf", "NaN", "target"]) check(legend.includes(part), `legend lacks "${part}": ${legend}`);
+
+  // keyboard: focus the first heatmap, move with the arrows, Enter opens the layer
+  const first = want[0];
+  await f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).focus();
+  await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("ArrowDown");
+  let tip = await f.locator('[data-testid="wur-tooltip"]').innerText();
+  check(tip.includes(first.tags[1]) && tip.includes(`step ${first.steps[2]}`), `keyboard cursor tooltip: ${tip}`);
+  await page.keyboard.press("Enter");
+  await f.locator(`[data-testid="wur-detail"][data-tag="${first.tags[1]}"]`).waitFor();
+  log("keyboard navigation works");
+
+  // layer filter by regex; an invalid one is reported and changes nothing
+  const filter = f.locator('[data-testid="wur-layer-filter"]');
+  await filter.fill("dense");
+  attrs = await waitAttrs(f, (a) => a.every((x, i) => x.rows === want[i].tags.filter((t) => /dense/i.test(t)).length), "the dense filter");
+  await filter.fill("dense(");
+  await f.locator('[data-testid="wur-filter-error"]', { hasText: "Invalid regular expression" }).waitFor();
+  attrs = await heatmapAttrs(f);
+  check(attrs.every((x, i) => x.rows === want[i].tags.filter((t) => /dense/i.test(t)).length), `an invalid regex changed the rows: ${JSON.stringify(attrs)}`);
+  await filter.fill("");
+  await waitAttrs(f, (a) => a.every((x, i) => x.rows === want[i].tags.length), "the cleared filter");
+  log("layer filter works");
+
+  // run toggle
+  if (want.length > 1) {
+    const last = want[want.length - 1].run;
+    await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).uncheck();
+    await waitAttrs(f, (a) => a.length === want.length - 1 && !a.some((x) => x.run === last), `${last} hidden`);
+    await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).check();
+    await waitAttrs(f, (a) => a.length === want.length, `${last} shown again`);
+    log("run toggle works");
+  }
+
+  // zoom: drag over columns 2..9 of the first run, the backend answers that range
+  const a = await cellCenter(f, first.run, 0, 2);
+  const b = await cellCenter(f, first.run, 0, 9);
+  await page.mouse.move(a.x, a.y);
+  await page.mouse.down();
+  await page.mouse.move((a.x + b.x) / 2, a.y, { steps: 4 });
+  await page.mouse.move(b.x, b.y, { steps: 4 });
+  await page.mouse.up();
+  const zoomEnd = first.steps[10] - 1;
+  const inZoom = first.steps.filter((s) => s >= first.steps[2] && s <= zoomEnd);
+  attrs = await waitAttrs(f, (x) => x[0].start === first.steps[2], "the zoomed range");
+  check(attrs[0].end === zoomEnd && attrs[0].cols === inZoom.length, `zoom: ${JSON.stringify(attrs[0])}, want steps ${first.steps[2]}..${zoomEnd} in ${inZoom.length} columns`);
+  {
+    const tag = first.tags[0];
+    const point = config.exports[first.run][tag].find((p) => p[1] === inZoom[3]);
+    const text = await hoverText(page, f, first.run, 0, 3);
+    check(text.includes(`step ${inZoom[3]}`) && text.includes(expectedRatioText(point[2])), `tooltip after zoom: ${text}`);
+  }
+  // reload keeps the zoom and the filter: TensorBoard's reload button and our refresh button
+  await filter.fill("kernel");
+  const kernelRows = want.map((w) => w.tags.filter((t) => /kernel/i.test(t)).length);
+  await waitAttrs(f, (x) => x.every((h, i) => h.rows === kernelRows[i]), "the kernel filter");
+  const runsRequests = [];
+  page.on("request", (r) => { if (r.url().includes("/data/plugin/wur/runs")) runsRequests.push(r.url()); });
+  await page.locator("button.reload-button").click();
+  await f.locator('[data-state="loading"]').waitFor({ state: "detached", timeout: 20000 }).catch(() => {});
+  const deadline = Date.now() + 15000;
+  while (!runsRequests.length && Date.now() < deadline) await page.waitForTimeout(100);
+  check(runsRequests.length >= 1, "TensorBoard's reload did not reach the tab (experimental.DataReloaded)");
+  await f.locator('.wur-root[data-state="idle"]').waitFor();
+  attrs = await heatmapAttrs(f);
+  check(attrs[0].start === first.steps[2] && attrs.every((h, i) => h.rows === kernelRows[i]), `reload lost zoom or filter: ${JSON.stringify(attrs)}`);
+  await f.locator('[data-testid="wur-refresh"]').click();
+  while (runsRequests.length < 2 && Date.now() < deadline + 10000) await page.waitForTimeout(100);
+  check(runsRequests.length >= 2, "the refresh button did not refetch");
+  await f.locator('.wur-root[data-state="idle"]').waitFor();
+  attrs = await heatmapAttrs(f);
+  check(attrs[0].start === first.steps[2] && attrs.every((h, i) => h.rows === kernelRows[i]), `refresh lost zoom or filter: ${JSON.stringify(attrs)}`);
+  await filter.fill("");
+  log("zoom works and survives reloads");
+  // double-click resets the zoom; the button too
+  const c = await cellCenter(f, first.run, 0, 1);
+  await page.mouse.dblclick(c.x, c.y);
+  await waitAttrs(f, (x) => x[0].cols === first.steps.length && x[0].start === first.steps[0], "double-click reset");
+  check(await f.locator('[data-testid="wur-reset-zoom"]').isDisabled(), "reset button enabled without zoom");
+  log("reset works");
+
+  // reduction choice reaches the backend
+  await f.locator('[data-testid="wur-reduction"]').selectOption("max");
+  await waitAttrs(f, (x) => x.every((h) => h.reduction === "max"), "reduction max");
+  await f.locator('[data-testid="wur-reduction"]').selectOption("mean_log10");
+  await waitAttrs(f, (x) => x.every((h) => h.reduction === "mean_log10"), "reduction mean_log10");
+
+  // layer detail: a click on a row opens the ratio line chart, the learning rate and the histogram density
+  const htag = config.histogram_tag;
+  const hrow = first.tags.indexOf(htag);
+  const hc = await cellCenter(f, first.run, hrow, 5);
+  await page.mouse.click(hc.x, hc.y);
+  const detail = f.locator(`[data-testid="wur-detail"][data-tag="${htag}"][data-run="${first.run}"]`);
+  await detail.waitFor();
+  for (const id of ["wur-detail-ratio", "wur-detail-lr", "wur-detail-histogram"]) {
+    const canvas = detail.locator(`[data-testid="${id}"]`);
+    await canvas.waitFor();
+    const inked = await canvas.evaluate((cv) => {
+      const d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
+      let n = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+      return n / (d.length / 4);
+    });
+    check(inked > 0.01, `${id} is blank (${inked})`);
+  }
+  log("layer detail works");
+
+  // flags: worst first, as the backend ranks them; a click scrolls to and highlights the row
+  const flagTags = await f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => [e.dataset.run, e.dataset.tag]));
+  for (const [run, tags] of Object.entries(config.flags)) {
+    const mine = flagTags.filter((x) => x[0] === run).map((x) => x[1]);
+    check(JSON.stringify(mine) === JSON.stringify(tags), `flags of ${run}: ${JSON.stringify(mine)}, want ${JSON.stringify(tags)}`);
+  }
+  const nanFirst = flagTags[0];
+  check(nanFirst[1] === config.nan_tag, `the NaN layer is not flagged first: ${JSON.stringify(flagTags)}`);
+  const target = flagTags[flagTags.length - 1];
+  await f.locator(`[data-testid="wur-flag"][data-run="${target[0]}"][data-tag="${target[1]}"]`).click();
+  const highlight = f.locator('[data-testid="wur-row-highlight"]');
+  await highlight.waitFor();
+  check(await highlight.count() === 1, "not exactly one highlighted row");
+  const highlightedLabel = await f.locator(`[data-testid="wur-heatmap"][data-run="${target[0]}"]`).locator("xpath=ancestor::section").locator(".wur-label.wur-highlighted").innerText();
+  check(highlightedLabel === target[1], `highlighted ${highlightedLabel}, want ${target[1]}`);
+  check(await highlight.isVisible() && await highlight.evaluate((e) => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }), "the highlighted row is not scrolled into view");
+  // editable thresholds: a wider band flags fewer layers
+  const before = flagTags.length;
+  await f.locator('[data-testid="wur-band-low"]').fill("1e-7");
+  await f.locator('[data-testid="wur-band-high"]').fill("1");
+  await f.locator('[data-testid="wur-band-high"]').press("Tab");
+  const deadlineFlags = Date.now() + 15000;
+  let after = before;
+  while (Date.now() < deadlineFlags && after >= before) {
+    await page.waitForTimeout(100);
+    after = await f.locator('[data-testid="wur-flag"]').count();
+  }
+  check(after < before, `a wider band did not reduce the flags (${before} -> ${after})`);
+  await f.locator('[data-testid="wur-band-low"]').fill("1e-4");
+  await f.locator('[data-testid="wur-band-high"]').fill("1e-2");
+  await f.locator('[data-testid="wur-band-high"]').press("Tab");
+  log(`flags work (${before} flagged, ${after} with a wider band)`);
+
+  // export: CSV and JSON from the backend, PNG of the canvas
+  const section = f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).locator("xpath=ancestor::section");
+  const download = async (testid) => {
+    const [d] = await Promise.all([page.waitForEvent("download"), section.locator(`[data-testid="${testid}"]`).click()]);
+    const file = await d.path();
+    check(file, `${testid}: the download failed (${await d.failure()})`);
+    return { name: d.suggestedFilename(), bytes: readFileSync(file) };
+  };
+  const csv = await download("wur-export-csv");
+  const lines = csv.bytes.toString("utf8").trim().split(/\r?\n/);
+  check(lines[0] === "tag,step,wall_time,ratio", `CSV header: ${lines[0]}`);
+  check(lines.length - 1 === first.tags.length * first.steps.length, `CSV rows: ${lines.length - 1}`);
+  const json = JSON.parse((await download("wur-export-json")).bytes.toString("utf8"));
+  check(JSON.stringify(Object.keys(json).sort()) === JSON.stringify([...first.tags].sort()), `JSON tags: ${Object.keys(json)}`);
+  check(Object.values(json).every((points) => points.length === first.steps.length), "JSON export lacks steps");
+  const png = await download("wur-export-png");
+  check(png.bytes.subarray(1, 4).toString() === "PNG" && png.bytes.length > 2000, `PNG export: ${png.bytes.length} bytes`);
+  check(png.name.endsWith(".png"), `PNG name ${png.name}`);
+  log(`export works (${csv.name}, ${png.name} ${png.bytes.length} bytes)`);
+
+  await shots(page, f);
+}
+
+async function shots(page, f) {
+  if (!config.artifacts) return;
+  mkdirSync(config.artifacts, { recursive: true });
+  await page.mouse.move(1, 1);
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.waitForTimeout(300);
+    const bg = await f.locator("body").evaluate((b) => getComputedStyle(b).backgroundColor);
+    check((scheme === "dark") === (bg === "rgb(32, 33, 36)"), `${scheme} mode background is ${bg}`);
+    const file = path.join(config.artifacts, `wur-tab-${config.label}-${scheme}.png`);
+    await page.screenshot({ path: file, fullPage: false });
+    log(`screenshot ${file}`);
+  }
+  await page.emulateMedia({ colorScheme: "light" });
+}
+
+async function empty(page) {
+  // The tab is disabled in TensorBoard's tab bar without data; open the plugin page itself.
+  await page.goto(`${config.url}/data/plugin_entry.html?name=wur`);
+  await page.locator('[data-testid="wur-ready"]').waitFor({ timeout: 30000 });
+  const text = await page.locator('[data-testid="wur-empty"]').innerText();
+  check(text.includes("WeightUpdateRatioCallback") && text.includes("model.fit"), `empty state lacks the example: ${text}`);
+  check(await page.locator('[data-testid="wur-heatmap"]').count() === 0, "heatmaps on an empty logdir");
+  log("empty state works");
+}
+
+async function screenshot(page) {
+  const f = await openTab(page);
+  await f.locator('[data-testid="wur-heatmap"]').first().waitFor();
+  if (config.hover) {
+    const { x, y } = await cellCenter(f, config.hover.run, config.hover.row, config.hover.col);
+    await page.mouse.move(x, y);
+    await f.locator('[data-testid="wur-tooltip"]').waitFor();
+  }
+  await page.emulateMedia({ colorScheme: config.scheme || "light" });
+  await page.waitForTimeout(300);
+  await page.screenshot({ path: config.screenshot });
+  log(`screenshot ${config.screenshot}`);
+}
+
+main().catch((e) => {
+  process.stderr.write(`[${config.label}] FAILED: ${e instanceof CheckFailed ? e.message : e.stack || e}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,164 @@
+"""The WUR tab (frontend/): the committed bundle is a fresh build, the JS unit tests pass, and
+the tab works in headless Chromium against the real `tensorboard` in both loaders.
+
+Needs Node.js, frontend/node_modules and /usr/bin/chromium: `scripts/frontend.sh` installs
+them (scripts/test.sh runs it). Without them these tests fail; they never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tb_server import TensorBoardServer
+
+ROOT = Path(__file__).resolve().parent.parent
+FRONTEND = ROOT / "frontend"
+BUNDLE = ROOT / "tb_wur_plugin" / "static" / "index.js"
+BROWSER_TEST = ROOT / "tests" / "browser" / "wur_tab.mjs"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+import wur_data  # noqa: E402
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the frontend tests (scripts/frontend.sh)"
+    assert (FRONTEND / "node_modules" / "esbuild").is_dir(), (
+        "frontend/node_modules is missing: run scripts/frontend.sh"
+    )
+    return node
+
+
+def _run(args, timeout, cwd=ROOT):
+    result = subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_committed_bundle_equals_a_fresh_build(tmp_path):
+    out = tmp_path / "index.js"
+    code, output = _run([_node(), str(FRONTEND / "build.mjs"), "--outfile", str(out)], 120)
+    assert code == 0, output
+    fresh = out.read_bytes()
+    assert fresh == BUNDLE.read_bytes(), (
+        "tb_wur_plugin/static/index.js differs from a fresh build of frontend/src: "
+        "run `npm run build` in frontend/ and commit the result"
+    )
+    assert b"export{" in fresh.replace(b" ", b"") and b"render" in fresh
+    # one self-contained module: it imports nothing (no chunk, nothing from a CDN)
+    assert not re.search(rb"\bimport\s*[(\"'{*]", fresh), "the bundle imports something"
+    assert not re.search(rb"https?://(?!www\.w3\.org/)", fresh), "the bundle names a URL"
+
+
+def test_bundle_builds_deterministically(tmp_path):
+    outs = []
+    for name in ("a.js", "b.js"):
+        code, output = _run([_node(), str(FRONTEND / "build.mjs"), "--outfile", str(tmp_path / name)], 120)
+        assert code == 0, output
+        outs.append((tmp_path / name).read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_js_unit_tests():
+    code, output = _run([_node(), str(FRONTEND / "run-tests.mjs")], 180, cwd=FRONTEND)
+    assert code == 0, output
+    assert "# fail 0" in output, output
+    passed = [line for line in output.splitlines() if line.startswith("# pass ")]
+    assert passed and int(passed[0].split()[-1]) >= 20, output
+
+
+# --- in the browser ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tab_logdir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("wur_tab")
+    wur_data.write(str(logdir))
+    return str(logdir)
+
+
+def _browser(config: dict, tmp_path: Path, timeout: float = 150) -> str:
+    assert Path(CHROMIUM).exists(), (
+        f"{CHROMIUM} is missing: scripts/frontend.sh installs Debian's chromium"
+    )
+    path = tmp_path / "browser-config.json"
+    path.write_text(json.dumps(config))
+    code, output = _run([_node(), str(BROWSER_TEST), str(path)], timeout)
+    assert code == 0, output
+    return output
+
+
+def _expected_runs():
+    return [
+        {"run": wur_data.RUN_A, "tags": wur_data.TAGS_A, "steps": wur_data.STEPS},
+        {"run": wur_data.RUN_B, "tags": wur_data.TAGS_B, "steps": wur_data.STEPS},
+    ]
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
+    label = "fast" if load_fast else "python"
+    with TensorBoardServer(tab_logdir, load_fast) as server:
+        runs = server.wait_for(
+            lambda d: len(d["runs"]) == 2
+            and all(l["logged_steps"] == len(wur_data.STEPS) for r in d["runs"] for l in r["layers"])
+            and sum(len(r["layers"]) for r in d["runs"]) == len(wur_data.TAGS_A) + len(wur_data.TAGS_B),
+            "/data/plugin/wur/runs",
+        )
+        # the rows are the layers in the order /runs gives them (model order)
+        assert [l["tag"] for l in runs["runs"][0]["layers"]] == wur_data.TAGS_A
+        exports, flags = {}, {}
+        for run in (wur_data.RUN_A, wur_data.RUN_B):
+            q = urllib.parse.quote(run)
+            exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
+            flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]]
+        assert wur_data.XSS_TAG in exports[wur_data.RUN_A]
+        config = {
+            "url": server.url, "mode": "data", "label": label, "artifacts": str(ARTIFACTS),
+            "runs": _expected_runs(), "exports": exports, "flags": flags,
+            "histogram_tag": "model/dense/kernel", "nan_tag": "model/odd/kernel",
+        }
+        output = _browser(config, tmp_path)
+        assert "Traceback" not in server.output()
+    for part in ("tooltips match the export", "layer filter works", "run toggle works",
+                 "zoom works and survives reloads", "layer detail works", "flags work",
+                 "export works", "keyboard navigation works"):
+        assert part in output, output
+    for scheme in ("light", "dark"):
+        assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000
+
+
+def test_empty_logdir_says_what_to_do(tmp_path):
+    logdir = tmp_path / "empty"
+    logdir.mkdir()
+    with TensorBoardServer(str(logdir), load_fast=True) as server:
+        output = _browser({"url": server.url, "mode": "empty", "label": "empty"}, tmp_path)
+    assert "empty state works" in output, output
+
+
+if __name__ == "__main__":
+    # python tests/test_frontend.py screenshot LOGDIR OUT.png: a screenshot of the tab over LOGDIR
+    _, _, logdir, out = sys.argv
+    with TensorBoardServer(logdir, load_fast=True) as server:
+        server.wait_for(lambda d: bool(d["runs"]), "/data/plugin/wur/runs")
+        config = {"url": server.url, "mode": "screenshot", "label": "screenshot",
+                  "screenshot": str(Path(out).resolve())}
+        path = Path(out).resolve().with_suffix(".json")
+        path.write_text(json.dumps(config))
+        code, output = _run([_node(), str(BROWSER_TEST), str(path)], 120)
+        path.unlink()
+        print(output)
+        sys.exit(code)
