@@ -8,7 +8,7 @@ import {
   RAMP_SIZE, SPECIAL_MEANING, Special, specialColors, Theme, unpackRGBA, viridisRamp,
 } from "./color";
 import { cellAt, drawHeatmap } from "./draw";
-import { compileFilter, el, runColor, safeFileName } from "./dom";
+import { compileFilter, el, runColorOf, safeFileName } from "./dom";
 import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "./format";
 import { HostChannel } from "./protocol";
 import { CSS } from "./styles";
@@ -124,6 +124,10 @@ export class App {
     void this.reload();
   }
 
+  private color(run: string): string {
+    return runColorOf(run, this.runs.map((r) => r.run));
+  }
+
   private button(text: string, onClick: () => void, attrs: Record<string, string> = {}): HTMLButtonElement {
     const b = el("button", { type: "button", text, ...attrs });
     b.addEventListener("click", onClick);
@@ -199,6 +203,7 @@ export class App {
         controller.signal,
       );
       if (controller.signal.aborted) return;
+      performance.mark("wur-data");
       this.lastWidth = width;
       this.heatmap = h;
       this.errorBox.hidden = true;
@@ -242,7 +247,7 @@ export class App {
         void this.loadFlags();
       });
       const swatch = el("span", { class: "wur-swatch" });
-      swatch.style.background = runColor(r.run);
+      swatch.style.background = this.color(r.run);
       return el("li", {}, el("label", { title: r.run }, box, swatch, el("span", { text: r.run })));
     });
     this.runList.replaceChildren(...items);
@@ -390,6 +395,7 @@ export class App {
     const h = this.heatmap;
     this.hideTooltip();
     if (!h) return;
+    const t0 = performance.now();
     const width = this.lastWidth || this.plotWidth();
     const table = this.colorTable();
     const dpr = window.devicePixelRatio || 1;
@@ -436,7 +442,7 @@ export class App {
       this.wireCanvas(block);
       const axis = this.stepAxis(h, width);
       const swatch = el("span", { class: "wur-swatch" });
-      swatch.style.background = runColor(run.run);
+      swatch.style.background = this.color(run.run);
       const info = this.runs.find((r) => r.run === run.run);
       const head = el("div", { class: "wur-block-head" },
         swatch, el("h3", { text: run.run }),
@@ -455,6 +461,7 @@ export class App {
       this.blocks.push(block);
     });
     this.heatmaps.replaceChildren(...sections);
+    performance.measure("wur-draw", { start: t0 }); // read by benchmarks/frontend_bench.mjs
   }
 
   /** Maps a step to x (CSS px) through the columns (they may be irregular). */
@@ -685,7 +692,7 @@ export class App {
     const layer = info?.layers.find((l) => l.tag === ref.tag);
     const close = this.button("Close", () => this.closeDetail(), { "data-testid": "wur-detail-close" });
     const swatch = el("span", { class: "wur-swatch" });
-    swatch.style.background = runColor(ref.run);
+    swatch.style.background = this.color(ref.run);
     const head = el("div", { class: "wur-detail-head" }, swatch, el("h3", { text: ref.tag }), el("span", { class: "wur-meta", text: `run ${ref.run}` }), el("span", { class: "wur-spacer" }), close);
     if (this.detail.hidden || this.detail.getAttribute("data-tag") !== ref.tag || this.detail.getAttribute("data-run") !== ref.run) {
       this.detail.style.minHeight = this.detail.hidden ? "" : `${this.detail.offsetHeight}px`; // no layout jump while loading

@@ -16,7 +16,15 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-/** Run colors: TensorBoard's palette, keyed by a hash of the run name (stable across reloads). */
+/** Run colors: TensorBoard's palette by position among the sorted run names (distinct for the
+ * first ten runs, as TensorBoard assigns them); a name not in `names` falls back to a hash. */
+export function runColorOf(name: string, names: string[]): string {
+  const sorted = [...names].sort();
+  const i = sorted.indexOf(name);
+  return i >= 0 ? PALETTE[i % PALETTE.length] : runColor(name);
+}
+
+/** A run's color from a hash of its name (stable across reloads, but may collide). */
 const PALETTE = ["#ff7043", "#0077bb", "#cc3311", "#33bbee", "#ee3377", "#009988", "#bbbbbb", "#795548", "#7e57c2", "#c0ca33"];
 export function runColor(name: string): string {
   let h = 2166136261;

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { HostChannel, parseMessage, PortLike } from "../src/protocol";
-import { compileFilter, runColor, safeFileName } from "../src/dom";
+import { compileFilter, runColor, runColorOf, safeFileName } from "../src/dom";
 import { parseJsonNumbers, query } from "../src/api";
 
 /** A host on the other end of a real MessageChannel, speaking TensorBoard's JSON messages. */
@@ -69,6 +69,9 @@ test("helpers: filters, run colors, file names, queries, TensorBoard JSON", () =
   assert.ok(compileFilter("dense(") instanceof Error);
   assert.equal(runColor("lr_0.1/train"), runColor("lr_0.1/train"));
   assert.match(runColor("x"), /^#[0-9a-f]{6}$/);
+  const names = ["lr_0.1/train", "lr_0.0003/train", "c", "d"];
+  assert.equal(new Set(names.map((n) => runColorOf(n, names))).size, 4, "distinct colors for a few runs");
+  assert.equal(runColorOf("c", names), runColorOf("c", [...names].reverse()), "independent of the listing order");
   assert.equal(safeFileName("lr_0.1/train"), "lr_0.1_train");
   assert.equal(safeFileName("../.."), "run");
   assert.equal(query({ run: ["a/b", "c&d"], columns: 10, start: undefined }), "run=a%2Fb&run=c%26d&columns=10");
