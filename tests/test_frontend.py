@@ -130,6 +130,7 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             "url": server.url, "mode": "data", "label": label, "artifacts": str(ARTIFACTS),
             "runs": _expected_runs(), "exports": exports, "flags": flags,
             "histogram_tag": "model/dense/kernel", "nan_tag": "model/odd/kernel",
+            "dpr": 2 if load_fast else 1,  # high-DPI in one loader
         }
         output = _browser(config, tmp_path)
         assert "Traceback" not in server.output()
@@ -139,6 +140,53 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000
+
+
+def test_new_steps_appear_live_keeping_filter_and_layer(tmp_path):
+    import tensorflow as tf
+
+    from tb_wur_plugin import wur_summary
+
+    logdir = tmp_path / "live"
+    tags = ["net/dense/kernel", "net/dense/bias", "net/out/kernel"]
+
+    def log(steps):
+        writer = tf.summary.create_file_writer(str(logdir / "run"))
+        with writer.as_default():
+            for step in steps:
+                for i, tag in enumerate(tags):
+                    wur_summary.scalar(tag, 1e-3 * (i + 1) * (1 + step / 100), step=step)
+        writer.close()
+
+    log(range(10))
+    go = tmp_path / "go"
+    config = {
+        "mode": "live", "label": "live", "runs": [{"run": "run", "tags": tags, "steps": list(range(20))}],
+        "steps_before": 10, "steps_after": 20, "filter": "kernel", "go_file": str(go),
+    }
+    with TensorBoardServer(str(logdir), load_fast=True, extra_args=("--reload_interval", "1")) as server:
+        server.wait_for(lambda d: d["runs"] and d["runs"][0]["last_step"] == 9, "/data/plugin/wur/runs")
+        config["url"] = server.url
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        process = subprocess.Popen(
+            [_node(), str(BROWSER_TEST), str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+        lines = []
+        try:
+            for line in process.stdout:
+                lines.append(line)
+                if "waiting for new steps" in line:
+                    log(range(10, 20))
+                    go.write_text("go")
+            process.wait(120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        output = "".join(lines)
+        assert process.returncode == 0, output
+    assert "live update works (10 -> 20 columns)" in output, output
 
 
 def test_empty_logdir_says_what_to_do(tmp_path):

@@ -9,7 +9,7 @@ import {
 } from "./color";
 import { cellAt, drawHeatmap } from "./draw";
 import { compileFilter, el, runColorOf, safeFileName } from "./dom";
-import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "./format";
+import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines, viewCsv } from "./format";
 import { HostChannel } from "./protocol";
 import { CSS } from "./styles";
 
@@ -450,6 +450,7 @@ export class App {
         el("span", { class: "wur-spacer" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "csv"), download: `${safeFileName(run.run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run, as CSV" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "json"), download: `${safeFileName(run.run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run, as JSON" }),
+        this.button("CSV of view", () => this.exportView(block), { "data-testid": "wur-export-view", title: "The cells shown (filtered layers, zoomed range, binned columns), as CSV" }),
         this.button("PNG", () => this.exportPng(block), { "data-testid": "wur-export-png", title: "This heatmap as a PNG image" }),
       );
       const body = rows.length
@@ -757,6 +758,22 @@ export class App {
 
   // --- export ----------------------------------------------------------------------------
 
+  private download(blob: Blob, name: string): void {
+    const url = URL.createObjectURL(blob);
+    const a = el("a", { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  private exportView(block: Block): void {
+    const h = this.heatmap;
+    if (!h) return;
+    const csv = viewCsv(h, block.runIndex, block.rows);
+    this.download(new Blob([csv], { type: "text/csv" }), `${safeFileName(block.run)}-wur-view.csv`);
+  }
+
   private exportPng(block: Block): void {
     const h = this.heatmap;
     if (!h) return;
@@ -791,14 +808,6 @@ export class App {
     for (const t of stepTicks(h.start, h.end, Math.max(2, Math.floor(block.width / 90)))) {
       ctx.fillText(formatStepShort(t), LABEL_WIDTH + this.stepX(h, block.width, t), 28 + block.rows.length * rowH + 12);
     }
-    out.toBlob((blob) => {
-      if (!blob) return;
-      const url = URL.createObjectURL(blob);
-      const a = el("a", { href: url, download: `${safeFileName(run.run)}-wur.png` });
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10000);
-    }, "image/png");
+    out.toBlob((blob) => { if (blob) this.download(blob, `${safeFileName(run.run)}-wur.png`); }, "image/png");
   }
 }

@@ -99,3 +99,23 @@ export function tooltipLines(h: Heatmap, runIndex: number, row: number, k: numbe
   }
   return lines;
 }
+
+/** CSV of what a heatmap shows: one line per shown (layer, column), ratios as displayed
+ * (3 significant digits; nan, inf, 0; empty when not logged). */
+export function viewCsv(h: Heatmap, runIndex: number, rows: ArrayLike<number>): string {
+  const run = h.runs[runIndex];
+  const quote = (t: string) => (/[",\n\r]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t);
+  const lines = ["tag,first_step,last_step,logged_steps,ratio"];
+  const ranges = Array.from({ length: h.columns }, (_, k) => columnRange(h, k));
+  for (let r = 0; r < rows.length; r++) {
+    const row = rows[r];
+    const tag = quote(run.tags[row]);
+    for (let k = 0; k < h.columns; k++) {
+      const code = run.codes[row * h.columns + k];
+      const kind = cellKind(code, h.codes);
+      const value = kind === "missing" ? "" : kind === "nan" ? "nan" : kind === "inf" || kind === "huge" ? "inf" : kind === "zero" || kind === "tiny" ? "0" : decodeCode(code, h.codes).toPrecision(3);
+      lines.push(`${tag},${ranges[k][0]},${ranges[k][1]},${h.columnCount[k]},${value}`);
+    }
+  }
+  return lines.join("\n") + "\n";
+}

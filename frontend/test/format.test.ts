@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseHeatmap } from "../src/codec";
-import { cellValueText, columnLabel, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
+import { cellValueText, columnLabel, viewCsv, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
 import { sample } from "./codec.test";
 
 test("ratios to 3 significant digits, specials in words", () => {
@@ -56,4 +56,17 @@ test("tooltip: tag, step, ratio to 3 digits and log10; specials explained", () =
   assert.equal(tooltipLines(h, 0, 1, 0)[0], "<img src=x onerror=alert(1)>"); // text, the DOM layer sets textContent
   assert.equal(cellValueText(4).ratio, "< 1.00e-40");
   assert.equal(cellValueText(5).ratio, "≥ 1.00e+24");
+});
+
+test("CSV of the view: shown rows and columns, values as displayed", () => {
+  const h = parseHeatmap(sample());
+  assert.equal(viewCsv(h, 0, [1, 0]), [
+    "tag,first_step,last_step,logged_steps,ratio",
+    "<img src=x onerror=alert(1)>,0,9,1,inf",
+    "<img src=x onerror=alert(1)>,10,19,1,0",
+    "<img src=x onerror=alert(1)>,20,29,2,0.0000456",
+    "a/kernel,0,9,1,0.00123",
+    "a/kernel,10,19,1,",
+    "a/kernel,20,29,2,nan",
+  ].join("\n") + "\n");
 });

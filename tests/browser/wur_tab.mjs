@@ -41,6 +41,7 @@ async function main() {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1280, height: 900 },
+    deviceScaleFactor: config.dpr || 1,
     acceptDownloads: true,
     downloadsPath: downloads,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -59,6 +60,7 @@ async function main() {
     page.on("pageerror", (e) => errors.push(`page error: ${e.message}`));
     page.on("dialog", async (d) => { dialogs.push(d.message()); await d.dismiss(); });
     if (config.mode === "empty") await empty(page);
+    else if (config.mode === "live") await live(page);
     else if (config.mode === "screenshot") await screenshot(page);
     else await full(page, context);
     check(!dialogs.length, `a dialog opened (script injection?): ${dialogs.join(", ")}`);
@@ -132,6 +134,10 @@ async function full(page, context) {
     check(JSON.stringify(labels) === JSON.stringify(w.tags), `${w.run}: row labels ${JSON.stringify(labels)}, want ${JSON.stringify(w.tags)}`);
   }
   log(`heatmaps ${JSON.stringify(attrs.map((a) => `${a.run} ${a.rows}x${a.cols}`))}`);
+  // crisp on high-DPI screens: the canvas has a device pixel per CSS pixel times the ratio
+  const sizes = await f.locator('[data-testid="wur-heatmap"]').first().evaluate((c) => [c.width, c.height, c.getBoundingClientRect().width, c.getBoundingClientRect().height, devicePixelRatio]);
+  check(sizes[4] === (config.dpr || 1), `devicePixelRatio ${sizes[4]}`);
+  check(Math.abs(sizes[0] - sizes[2] * sizes[4]) <= 1 && Math.abs(sizes[1] - sizes[3] * sizes[4]) <= 1, `canvas ${sizes[0]}x${sizes[1]} for ${sizes[2]}x${sizes[3]} CSS px at ratio ${sizes[4]}`);
 
   // the tooltip shows the exact exported value, for every cell of the first run and some of the second
   let hovered = 0;
@@ -316,6 +322,14 @@ async function full(page, context) {
   const json = JSON.parse((await download("wur-export-json")).bytes.toString("utf8"));
   check(JSON.stringify(Object.keys(json).sort()) === JSON.stringify([...first.tags].sort()), `JSON tags: ${Object.keys(json)}`);
   check(Object.values(json).every((points) => points.length === first.steps.length), "JSON export lacks steps");
+  const view = (await download("wur-export-view")).bytes.toString("utf8").trim().split("\n");
+  check(view[0] === "tag,first_step,last_step,logged_steps,ratio" && view.length - 1 === first.tags.length * first.steps.length, `view CSV: ${view.length - 1} rows, header ${view[0]}`);
+  {
+    const [tag, step] = [first.tags[0], first.steps[4]];
+    const line = view.find((l) => l.startsWith(`${tag},${step},`));
+    const point = config.exports[first.run][tag].find((p) => p[1] === step);
+    check(line && line.endsWith(`,${Number(point[2]).toPrecision(3)}`), `view CSV line for ${tag} at ${step}: ${line}`);
+  }
   const png = await download("wur-export-png");
   check(png.bytes.subarray(1, 4).toString() === "PNG" && png.bytes.length > 2000, `PNG export: ${png.bytes.length} bytes`);
   check(png.name.endsWith(".png"), `PNG name ${png.name}`);
@@ -338,6 +352,38 @@ async function shots(page, f) {
     log(`screenshot ${file}`);
   }
   await page.emulateMedia({ colorScheme: "light" });
+}
+
+async function live(page) {
+  // New steps appear on TensorBoard's reload without losing the filter or the open layer.
+  const f = await openTab(page);
+  const run = config.runs[0];
+  let attrs = await waitAttrs(f, (a) => a.length === 1 && a[0].cols === config.steps_before, `${config.steps_before} columns`);
+  await f.locator('[data-testid="wur-layer-filter"]').fill(config.filter);
+  const rows = run.tags.filter((t) => new RegExp(config.filter, "i").test(t)).length;
+  attrs = await waitAttrs(f, (a) => a[0].rows === rows, "the filter");
+  await f.locator('[data-testid="wur-row-label"]').first().click();
+  const detail = f.locator('[data-testid="wur-detail"]');
+  await detail.waitFor();
+  const tag = await detail.getAttribute("data-tag");
+  log("waiting for new steps");
+  const deadline = Date.now() + 60000;
+  while (!existsSync(config.go_file)) {
+    check(Date.now() < deadline, "the test did not write new steps");
+    await page.waitForTimeout(100);
+  }
+  // the fast loader picks them up within its reload interval; press TensorBoard's reload until then
+  while (true) {
+    await page.locator("button.reload-button").click();
+    await page.waitForTimeout(1500);
+    attrs = await heatmapAttrs(f);
+    if (attrs[0].cols === config.steps_after) break;
+    check(Date.now() < deadline, `new steps never appeared: ${JSON.stringify(attrs)}`);
+  }
+  check(attrs[0].rows === rows, `the filter was lost: ${JSON.stringify(attrs)}`);
+  check(await f.locator('[data-testid="wur-layer-filter"]').inputValue() === config.filter, "the filter text was lost");
+  check(await detail.isVisible() && (await detail.getAttribute("data-tag")) === tag, "the open layer was lost");
+  log(`live update works (${config.steps_before} -> ${attrs[0].cols} columns)`);
 }
 
 async function empty(page) {
