@@ -14,6 +14,7 @@ import contextlib
 import weakref
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata, summary
@@ -27,35 +28,65 @@ class WatchedVariable(NamedTuple):
 def update_ratios(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf.Tensor:
     """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above.
 
-    The sums of squares are taken in the variables' precision (at least float32) in one pass
-    each (relative error about 1e-7); where one of them may have overflowed, underflowed or
-    is not finite, all are taken again exactly in float64. The pairs are processed one after
-    the other, so that one update Δw is held at a time.
+    Variables of up to FUSED_MAX_ELEMENTS elements are summed together, exactly, in float64
+    (a few ops for all of them). Larger ones are summed one after the other, so that one
+    update Δw is held at a time, in one pass each in their own precision (at least float32;
+    relative error about 1e-7); where such a sum may have overflowed, underflowed or is not
+    finite, they are summed again exactly in float64.
     """
     if not before:
         return tf.zeros([0], tf.float64)
-    weights, updates = _sums_of_squares(before, after, exact=False)
-    suspect = ~(
-        tf.math.is_finite(weights) & tf.math.is_finite(updates)
-        & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
-    )
-    weights, updates = tf.cond(
-        tf.reduce_any(suspect),
-        lambda: _sums_of_squares(before, after, exact=True),
-        lambda: (weights, updates),
-    )
+    small = [i for i, old in enumerate(before) if _size(old) <= FUSED_MAX_ELEMENTS]
+    large = [i for i in range(len(before)) if i not in set(small)]
+    parts, order = [], small + large
+    if small:
+        parts.append(_fused_exact_sums([before[i] for i in small], [after[i] for i in small]))
+    if large:
+        old, new = [before[i] for i in large], [after[i] for i in large]
+        weights, updates = _sums_one_by_one(old, new, exact=False)
+        suspect = ~(
+            tf.math.is_finite(weights) & tf.math.is_finite(updates)
+            & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
+        )
+        parts.append(tf.cond(
+            tf.reduce_any(suspect),
+            lambda: _sums_one_by_one(old, new, exact=True),
+            lambda: (weights, updates),
+        ))
+    inverse = np.argsort(order)
+    weights = tf.gather(tf.concat([w for w, _ in parts], 0), inverse)
+    updates = tf.gather(tf.concat([u for _, u in parts], 0), inverse)
     ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
     finite = tf.math.is_finite(weights) & tf.math.is_finite(updates)
     return tf.where(finite, ratio, tf.fill(tf.shape(ratio), tf.constant(float("nan"), tf.float64)))
 
 
+FUSED_MAX_ELEMENTS = 1 << 16
+
 # Below this a float32 sum of squares may have lost precision to underflow.
 _SMALLEST_SAFE_SUM = 1e-30
 
 
-def _sums_of_squares(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64[n] vectors Σw² and Σ(Δw)²; in float64 if `exact`, else in the variables'
-    precision (float32 for float16/bfloat16/float32)."""
+def _size(tensor: tf.Tensor) -> float:
+    size = tensor.shape.num_elements()
+    return float("inf") if size is None else size
+
+
+def _fused_exact_sums(before, after) -> tuple[tf.Tensor, tf.Tensor]:
+    """float64 vectors Σw² and Σ(Δw)² of small variables, from one flat float64 copy of all."""
+    old = tf.concat([tf.reshape(tf.cast(t, tf.float64), [-1]) for t in before], 0)
+    new = tf.concat([tf.reshape(tf.cast(t, tf.float64), [-1]) for t in after], 0)
+    sizes = [_size(t) for t in before]
+    segments = tf.constant(np.repeat(np.arange(len(sizes), dtype=np.int32), sizes))
+    return (
+        tf.math.segment_sum(tf.square(old), segments),
+        tf.math.segment_sum(tf.square(new - old), segments),
+    )
+
+
+def _sums_one_by_one(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """float64 vectors Σw² and Σ(Δw)², one variable after the other; in float64 if `exact`,
+    else in the variables' precision (float32 for float16/bfloat16/float32)."""
     weights, updates, previous = [], [], []
     for old, new in zip(before, after):
         dtype = tf.float64 if exact or old.dtype == tf.float64 else tf.float32
@@ -203,22 +234,24 @@ def _write_ratios(
     histograms: bool,
 ) -> tf.Tensor:
     after = [v.read_value() for v in variables]
-    stored = tf.unstack(summary.to_stored_scalar(update_ratios(before, after)), num=len(tags))
-    written = []
+    stored = summary.to_stored_scalar(update_ratios(before, after))
+    abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     with tf.summary.record_if(True):
-        for index, (tag, variable) in enumerate(zip(tags, variables)):
-            about = f"of {tag}: shape {variable.shape.as_list()}, {variable.dtype.name}"
-            written.append(
-                summary.write(
-                    tag,
-                    lambda i=index: stored[i],
-                    step,
+        written = [
+            summary.write_scalars(
+                list(tags),
+                stored,
+                step,
+                [
                     metadata.create_summary_metadata(
                         metadata.KIND_RATIO, f"Weight-update ratio {about}", index
-                    ),
-                )
+                    )
+                    for index, about in enumerate(abouts)
+                ],
             )
-            if histograms:
+        ]
+        if histograms:
+            for index, (tag, about) in enumerate(zip(tags, abouts)):
                 written.append(
                     summary.write(
                         metadata.histogram_tag(tag),

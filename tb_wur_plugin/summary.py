@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import summary_ops_v2
 
+from tensorboard.compat.proto import summary_pb2
+
 from tb_wur_plugin import metadata
 
 
@@ -58,6 +60,41 @@ def learning_rate(data: Any, step: Any = None, description: str | None = None):
         step,
         metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
     )
+
+
+def write_scalars(tags: list[str], values: tf.Tensor, step: Any, metadatas: list) -> tf.Tensor:
+    """Write `values[i]` (float32[n]) under `tags[i]` as one event carrying all of them.
+
+    One op writes them all, instead of one `tf.summary.write` per tag: the serialized
+    `Summary` is the tags' constant prefixes joined with the values' four bytes each. It
+    reads exactly as n scalar summaries (a test parses it with protobuf).
+    """
+    check_default_writer_open(f"cannot write {len(tags)} scalars")
+    prefixes = tf.constant([_scalar_value_prefix(t, m) for t, m in zip(tags, metadatas)])
+    count = len(tags)
+    serialized = tf.io.serialize_tensor(tf.ensure_shape(values, [count]))  # ends with the data
+    positions = tf.strings.length(serialized) - 4 * count + 4 * tf.range(count)
+    floats = tf.strings.substr(serialized, positions, tf.fill([count], 4))
+    message = tf.strings.reduce_join(tf.strings.join([prefixes, floats]))
+    return tf.summary.experimental.write_raw_pb(message, step=step)
+
+
+def _scalar_value_prefix(tag: str, summary_metadata) -> bytes:
+    """`Summary.value` entry (field 1) of a float32 scalar, without its four value bytes."""
+    head = summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata).SerializeToString()
+    # Value.tensor (field 8): TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}
+    tensor = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
+    value_length = len(head) + 2 + len(tensor) + 4
+    return b"\x0a" + _varint(value_length) + head + b"\x42" + bytes([len(tensor) + 4]) + tensor
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
 def to_stored_scalar(value: tf.Tensor) -> tf.Tensor:

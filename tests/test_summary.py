@@ -163,3 +163,24 @@ def test_positive_ratios_below_float32_range_are_not_stored_as_zero(logdir, writ
     writer.flush()
     values = [float(v) for _, v, _ in read_events(logdir)["a"]]
     assert values == [float(np.finfo(np.float32).smallest_subnormal), 0.0, np.inf]
+
+
+def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, writer):
+    tags = ["a/kernel", "b/bias", "ü/unicode tag " + "x" * 200]
+    metas = [metadata.create_summary_metadata(metadata.KIND_RATIO, f"about {t}", i)
+             for i, t in enumerate(tags)]
+    values = tf.constant([1.5e-3, np.inf, np.nan], tf.float32)
+    with writer.as_default(), tf.summary.record_if(True):
+        summary.write_scalars(tags, values, 4, metas)
+    writer.flush()
+    import glob
+    from tensorboard.backend.event_processing import event_file_loader
+
+    (path,) = glob.glob(logdir + "/events*")
+    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value]
+    assert len(events) == 1 and events[0].step == 4
+    for value, tag, meta, want in zip(events[0].summary.value, tags, metas, values.numpy()):
+        assert value.tag == tag and value.metadata == meta
+        assert value.tensor.dtype == tf.float32.as_datatype_enum
+        got = tf.make_ndarray(value.tensor)
+        assert got.shape == () and (got == want or (np.isnan(got) and np.isnan(want)))
