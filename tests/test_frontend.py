@@ -131,12 +131,14 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             "runs": _expected_runs(), "exports": exports, "flags": flags,
             "histogram_tag": "model/dense/kernel", "nan_tag": "model/odd/kernel",
             "dpr": 2 if load_fast else 1,  # high-DPI in one loader
+            "group": {"name": "model/dense", "members": ["model/dense/kernel", "model/dense/bias"],
+                      "worst": "model/dense/bias"},
         }
         output = _browser(config, tmp_path)
         assert "Traceback" not in server.output()
     for part in ("tooltips match the export", "layer filter works", "run toggle works",
                  "zoom works and survives reloads", "layer detail works", "flags work",
-                 "export works", "keyboard navigation works"):
+                 "export works", "keyboard navigation works", "grouping by layer works"):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000

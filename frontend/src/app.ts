@@ -10,6 +10,7 @@ import {
 import { cellAt, drawHeatmap } from "./draw";
 import { compileFilter, el, runColorOf, safeFileName } from "./dom";
 import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines, viewCsv } from "./format";
+import { displayMatrix, groupName, layoutRows, RowSpec } from "./group";
 import { HostChannel } from "./protocol";
 import { CSS } from "./styles";
 
@@ -25,7 +26,9 @@ interface RowRef { run: string; tag: string }
 interface Block {
   run: string;
   runIndex: number;
-  rows: number[]; // indices into the run's tags, after the layer filter
+  shown: number[]; // indices into the run's tags, after the layer filter
+  specs: RowSpec[]; // the rows drawn: tags, and group headers when grouped
+  display: { codes: Uint16Array; source: Int32Array } | null; // when grouped
   canvas: HTMLCanvasElement;
   plot: HTMLElement;
   labels: HTMLElement;
@@ -43,6 +46,7 @@ export class App {
   private readonly runList = el("ul", { class: "wur-runs", "aria-label": "Runs" });
   private readonly layerFilterInput = el("input", { type: "text", placeholder: "Filter layers (regex)", "aria-label": "Filter layers by regular expression", "data-testid": "wur-layer-filter", size: 22 });
   private readonly layerFilterHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-filter-error" });
+  private readonly groupBox = el("input", { type: "checkbox", "data-testid": "wur-group" });
   private readonly reductionSelect = el("select", { "aria-label": "Reduction of a binned column", "data-testid": "wur-reduction" });
   private readonly zoomLabel = el("span", { class: "wur-meta", "data-testid": "wur-zoom-label" });
   private readonly resetZoomButton = el("button", { type: "button", "data-testid": "wur-reset-zoom", text: "Reset zoom", disabled: true, title: "Show every step (double-click a heatmap does the same)" });
@@ -79,6 +83,7 @@ export class App {
   private flagsController: AbortController | null = null;
   private detailController: AbortController | null = null;
   private drag: { block: Block; col: number; moved: boolean } | null = null;
+  private collapsed = new Set<string>();
   private keyCursor = new Map<string, { row: number; col: number }>();
   private lastWidth = 0;
   private readonly darkQuery = window.matchMedia?.("(prefers-color-scheme: dark)");
@@ -89,6 +94,7 @@ export class App {
     const toolbar = el("header", { class: "wur-toolbar" },
       el("h1", { text: "Weight-update ratios ‖Δw‖/‖w‖" }),
       el("label", { class: "wur-field" }, "Layers", this.layerFilterInput), this.layerFilterHint,
+      el("label", { class: "wur-field", title: "Put the variables of one layer (kernel, bias) under a collapsible header row showing the worst of them" }, this.groupBox, "Group by layer"),
       el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reductionSelect),
       this.resetZoomButton, this.zoomLabel,
       el("span", { class: "wur-field" }, el("label", { text: "Band" }), this.lowInput, "–", this.highInput), this.bandHint,
@@ -109,6 +115,7 @@ export class App {
     this.layerFilterInput.addEventListener("input", () => this.onLayerFilter());
     this.reductionSelect.addEventListener("change", () => { this.reduction = this.reductionSelect.value; void this.loadHeatmap(); });
     this.resetZoomButton.addEventListener("click", () => this.setZoom(null));
+    this.groupBox.addEventListener("change", () => this.renderHeatmaps());
     this.refreshButton.addEventListener("click", () => void this.reload());
     for (const input of [this.lowInput, this.highInput]) input.addEventListener("change", () => this.onBand());
     window.addEventListener("mouseup", (e) => this.onMouseUp(e));
@@ -312,6 +319,7 @@ export class App {
       void this.loadHeatmap().then(() => this.scrollToHighlight());
       return;
     }
+    this.collapsed.delete(groupName(ref.tag));
     if (this.layerFilter && !this.layerFilter.test(ref.tag)) {
       this.layerFilterInput.value = "";
       this.onLayerFilter();
@@ -404,13 +412,16 @@ export class App {
     const binned = h.columnCount.some((c) => c > 1);
     this.zoomLabel.textContent = `steps ${formatStep(h.start)}–${formatStep(h.end)}` + (binned ? ` in ${h.columns} bins` : "") + (this.zoom ? " (zoomed)" : "");
     h.runs.forEach((run, runIndex) => {
-      const rows: number[] = [];
-      run.tags.forEach((tag, i) => { if (!this.layerFilter || this.layerFilter.test(tag)) rows.push(i); });
-      const rowHeight = rows.length > 120 ? 8 : rows.length > 60 ? 12 : 18;
+      const shown: number[] = [];
+      run.tags.forEach((tag, i) => { if (!this.layerFilter || this.layerFilter.test(tag)) shown.push(i); });
+      const specs = layoutRows(run.tags, shown, this.groupBox.checked, this.collapsed);
+      const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, Math.log10(this.band.target), h.codes) : null;
+      const n = specs.length;
+      const rowHeight = n > 120 ? 8 : n > 60 ? 12 : 18;
       const canvas = el("canvas", {
-        "data-testid": "wur-heatmap", "data-run": run.run, "data-rows": rows.length, "data-cols": h.columns,
+        "data-testid": "wur-heatmap", "data-run": run.run, "data-rows": n, "data-cols": h.columns,
         "data-start": h.start, "data-end": h.end, "data-reduction": h.reduction,
-        tabindex: 0, role: "img", "aria-label": `Heatmap of ${run.run}: ${rows.length} layers by ${h.columns} step columns. Arrow keys move, Enter opens the layer.`,
+        tabindex: 0, role: "img", "aria-label": `Heatmap of ${run.run}: ${n} rows by ${h.columns} step columns. Arrow keys move, Enter opens the layer.`,
       });
       const selection = el("div", { class: "wur-overlay wur-selection", hidden: true });
       const cursor = el("div", { class: "wur-overlay", hidden: true });
@@ -418,18 +429,30 @@ export class App {
       const plot = el("div", { class: "wur-plot" }, canvas, selection, cursor);
       const labels = el("div", { class: "wur-labels" });
       const fontSize = Math.max(7, Math.min(12, rowHeight - 4));
-      for (const i of rows) {
-        const tag = run.tags[i];
-        const label = el("button", { type: "button", class: "wur-label", title: tag, text: tag, "data-testid": "wur-row-label", "data-tag": tag, tabindex: -1 });
+      for (const spec of specs) {
+        let label: HTMLButtonElement;
+        if (spec.kind === "group") {
+          label = el("button", {
+            type: "button", class: "wur-label wur-group-label", title: `${spec.name}: ${spec.members.length} variables (the row shows the worst of them); click to ${spec.collapsed ? "expand" : "collapse"}`,
+            text: `${spec.collapsed ? "▸" : "▾"} ${spec.name} (${spec.members.length})`, "data-testid": "wur-group-label", "data-group": spec.name, "aria-expanded": String(!spec.collapsed),
+          });
+          label.addEventListener("click", () => {
+            if (this.collapsed.has(spec.name)) this.collapsed.delete(spec.name); else this.collapsed.add(spec.name);
+            this.renderHeatmaps();
+          });
+        } else {
+          const tag = spec.name;
+          label = el("button", { type: "button", class: spec.group ? "wur-label wur-member" : "wur-label", title: tag, text: spec.group ? tag.slice(spec.group.length + 1) : tag, "data-testid": "wur-row-label", "data-tag": tag, tabindex: -1 });
+          if (this.selected?.run === run.run && this.selected.tag === tag) label.classList.add("wur-selected");
+          label.addEventListener("click", () => void this.openDetail({ run: run.run, tag }, true));
+        }
         label.style.height = `${rowHeight}px`;
         label.style.fontSize = `${fontSize}px`;
-        if (this.selected?.run === run.run && this.selected.tag === tag) label.classList.add("wur-selected");
-        label.addEventListener("click", () => void this.openDetail({ run: run.run, tag }, true));
         labels.append(label);
       }
-      const block: Block = { run: run.run, runIndex, rows, canvas, plot, labels, selection, cursor, rowHeight, width };
+      const block: Block = { run: run.run, runIndex, shown, specs, display, canvas, plot, labels, selection, cursor, rowHeight, width };
       if (this.highlight?.run === run.run) {
-        const r = rows.findIndex((i) => run.tags[i] === this.highlight!.tag);
+        const r = specs.findIndex((x) => x.kind === "tag" && x.name === this.highlight!.tag);
         if (r >= 0) {
           const box = el("div", { class: "wur-overlay wur-row-highlight", "data-testid": "wur-row-highlight" });
           box.style.top = `${r * rowHeight - 2}px`;
@@ -438,7 +461,7 @@ export class App {
           labels.children[r]?.classList.add("wur-highlighted");
         }
       }
-      drawHeatmap(canvas, run.codes, h.columns, rows, table, width, rows.length * rowHeight, dpr);
+      this.drawBlock(canvas, block, table, width, n * rowHeight, dpr);
       this.wireCanvas(block);
       const axis = this.stepAxis(h, width);
       const swatch = el("span", { class: "wur-swatch" });
@@ -446,23 +469,38 @@ export class App {
       const info = this.runs.find((r) => r.run === run.run);
       const head = el("div", { class: "wur-block-head" },
         swatch, el("h3", { text: run.run }),
-        el("span", { class: "wur-meta", text: `${rows.length} of ${run.tags.length} layers` + (info?.last_step != null ? ` · steps ${formatStep(info.first_step ?? 0)}–${formatStep(info.last_step)}` : "") }),
+        el("span", { class: "wur-meta", text: `${shown.length} of ${run.tags.length} variables` + (info?.last_step != null ? ` · steps ${formatStep(info.first_step ?? 0)}–${formatStep(info.last_step)}` : "") }),
         el("span", { class: "wur-spacer" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "csv"), download: `${safeFileName(run.run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run, as CSV" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "json"), download: `${safeFileName(run.run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run, as JSON" }),
         this.button("CSV of view", () => this.exportView(block), { "data-testid": "wur-export-view", title: "The cells shown (filtered layers, zoomed range, binned columns), as CSV" }),
         this.button("PNG", () => this.exportPng(block), { "data-testid": "wur-export-png", title: "This heatmap as a PNG image" }),
       );
-      const body = rows.length
+      const body = n
         ? el("div", { class: "wur-grid" }, labels, plot, el("div", { class: "wur-axis-title", text: "step" }), axis)
         : el("p", { class: "wur-meta", text: "No layer matches the filter." });
-      if (!rows.length) body.append(canvas); // keep the heatmap element (0 rows) for tests and tools
-      if (!rows.length) canvas.hidden = true;
+      if (!n) body.append(canvas); // keep the heatmap element (0 rows) for tests and tools
+      if (!n) canvas.hidden = true;
       sections.push(el("section", { class: "wur-block", "aria-label": `Run ${run.run}` }, head, body));
       this.blocks.push(block);
     });
     this.heatmaps.replaceChildren(...sections);
     performance.measure("wur-draw", { start: t0 }); // read by benchmarks/frontend_bench.mjs
+  }
+
+  private drawBlock(canvas: HTMLCanvasElement, block: Block, table: Uint32Array, width: number, height: number, dpr: number): void {
+    const h = this.heatmap!;
+    if (block.display) {
+      drawHeatmap(canvas, block.display.codes, h.columns, block.specs.map((_, i) => i), table, width, height, dpr);
+    } else {
+      drawHeatmap(canvas, h.runs[block.runIndex].codes, h.columns, block.specs.map((x) => x.tag), table, width, height, dpr);
+    }
+  }
+
+  /** The tag index shown at display row r, column k (a group header shows its worst member). */
+  private tagAt(block: Block, r: number, k: number): number {
+    const spec = block.specs[r];
+    return spec.kind === "tag" ? spec.tag : block.display!.source[r * this.heatmap!.columns + k];
   }
 
   /** Maps a step to x (CSS px) through the columns (they may be irregular). */
@@ -496,7 +534,7 @@ export class App {
     const { canvas } = block;
     const locate = (e: MouseEvent) => {
       const rect = canvas.getBoundingClientRect();
-      return cellAt(e.clientX - rect.left, e.clientY - rect.top, rect.width, block.rowHeight, block.rows.length, this.heatmap!.columns);
+      return cellAt(e.clientX - rect.left, e.clientY - rect.top, rect.width, block.rowHeight, block.specs.length, this.heatmap!.columns);
     };
     canvas.addEventListener("mousemove", (e) => {
       const cell = locate(e);
@@ -544,11 +582,11 @@ export class App {
       this.setZoom({ start, end });
       return;
     }
-    const cell = cellAt(e.clientX - rect.left, e.clientY - rect.top, rect.width, block.rowHeight, block.rows.length, this.heatmap.columns);
+    const cell = cellAt(e.clientX - rect.left, e.clientY - rect.top, rect.width, block.rowHeight, block.specs.length, this.heatmap.columns);
     if (cell) {
       // wait a moment: the click may be the first half of a double-click (reset zoom)
       const run = this.heatmap.runs[block.runIndex];
-      const ref = { run: run.run, tag: run.tags[block.rows[cell.row]] };
+      const ref = { run: run.run, tag: run.tags[this.tagAt(block, cell.row, cell.col)] };
       clearTimeout(this.clickTimer);
       this.clickTimer = window.setTimeout(() => void this.openDetail(ref, true), 260);
     }
@@ -577,7 +615,7 @@ export class App {
       case "End": col = cols - 1; break;
       case "Enter": case " ": {
         const run = this.heatmap!.runs[block.runIndex];
-        if (block.rows.length) void this.openDetail({ run: run.run, tag: run.tags[block.rows[row]] }, true);
+        if (block.specs.length) void this.openDetail({ run: run.run, tag: run.tags[this.tagAt(block, row, col)] }, true);
         e.preventDefault();
         return;
       }
@@ -589,8 +627,8 @@ export class App {
 
   private moveCursor(block: Block, row: number, col: number): void {
     const cols = this.heatmap?.columns ?? 0;
-    if (!block.rows.length || !cols) return;
-    row = Math.max(0, Math.min(block.rows.length - 1, row));
+    if (!block.specs.length || !cols) return;
+    row = Math.max(0, Math.min(block.specs.length - 1, row));
     col = Math.max(0, Math.min(cols - 1, col));
     this.keyCursor.set(block.run, { row, col });
     const cw = block.width / cols;
@@ -605,7 +643,9 @@ export class App {
 
   private showTooltip(block: Block, row: number, col: number, x: number, y: number): void {
     const h = this.heatmap!;
-    const lines = tooltipLines(h, block.runIndex, block.rows[row], col, h.reduction);
+    const lines = tooltipLines(h, block.runIndex, this.tagAt(block, row, col), col, h.reduction);
+    const spec = block.specs[row];
+    if (spec.kind === "group") lines.push(`worst of the ${spec.members.length} variables of ${spec.name}`);
     this.tooltip.replaceChildren(...lines.map((line, i) => el("div", { class: i === 0 ? "wur-tt-tag" : "", text: line })));
     this.tooltip.hidden = false;
     const w = this.tooltip.offsetWidth, ht = this.tooltip.offsetHeight;
@@ -686,7 +726,7 @@ export class App {
     for (const label of this.root.querySelectorAll(".wur-label.wur-selected")) label.classList.remove("wur-selected");
     for (const b of this.blocks) {
       if (b.run !== ref.run) continue;
-      const r = b.rows.findIndex((i) => this.heatmap!.runs[b.runIndex].tags[i] === ref.tag);
+      const r = b.specs.findIndex((x) => x.kind === "tag" && x.name === ref.tag);
       if (r >= 0) b.labels.children[r]?.classList.add("wur-selected");
     }
     const info = this.runs.find((r) => r.run === ref.run);
@@ -770,7 +810,7 @@ export class App {
   private exportView(block: Block): void {
     const h = this.heatmap;
     if (!h) return;
-    const csv = viewCsv(h, block.runIndex, block.rows);
+    const csv = viewCsv(h, block.runIndex, block.shown);
     this.download(new Blob([csv], { type: "text/csv" }), `${safeFileName(block.run)}-wur-view.csv`);
   }
 
@@ -780,7 +820,8 @@ export class App {
     const run = h.runs[block.runIndex];
     const dpr = 2;
     const rowH = Math.max(block.rowHeight, 12);
-    const W = LABEL_WIDTH + block.width + 16, Hh = 28 + block.rows.length * rowH + 24;
+    const n = block.specs.length;
+    const W = LABEL_WIDTH + block.width + 16, Hh = 28 + n * rowH + 24;
     const out = document.createElement("canvas");
     out.width = W * dpr; out.height = Hh * dpr;
     const ctx = out.getContext("2d")!;
@@ -793,20 +834,20 @@ export class App {
     ctx.fillText(`${run.run} — weight-update ratios, steps ${formatStep(h.start)}–${formatStep(h.end)}`, 8, 14);
     ctx.font = `${Math.min(12, rowH - 3)}px Roboto, Arial, sans-serif`;
     ctx.textAlign = "right";
-    block.rows.forEach((i, r) => {
-      let text = run.tags[i];
+    block.specs.forEach((spec, r) => {
+      let text = spec.kind === "group" ? `${spec.name} (worst of ${spec.members.length})` : spec.name;
       while (text.length > 4 && ctx.measureText(text).width > LABEL_WIDTH - 10) text = "…" + text.slice(2);
       ctx.fillText(text, LABEL_WIDTH - 6, 28 + r * rowH + rowH / 2);
     });
     const cells = document.createElement("canvas");
-    drawHeatmap(cells, run.codes, h.columns, block.rows, this.colorTable(), block.width, block.rows.length * rowH, dpr);
+    this.drawBlock(cells, block, this.colorTable(), block.width, n * rowH, dpr);
     ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(cells, LABEL_WIDTH, 28, block.width, block.rows.length * rowH);
+    ctx.drawImage(cells, LABEL_WIDTH, 28, block.width, n * rowH);
     ctx.textAlign = "center";
     ctx.fillStyle = colors.muted;
     ctx.font = "11px Roboto, Arial, sans-serif";
     for (const t of stepTicks(h.start, h.end, Math.max(2, Math.floor(block.width / 90)))) {
-      ctx.fillText(formatStepShort(t), LABEL_WIDTH + this.stepX(h, block.width, t), 28 + block.rows.length * rowH + 12);
+      ctx.fillText(formatStepShort(t), LABEL_WIDTH + this.stepX(h, block.width, t), 28 + n * rowH + 12);
     }
     out.toBlob((blob) => { if (blob) this.download(blob, `${safeFileName(run.run)}-wur.png`); }, "image/png");
   }

@@ -78,6 +78,8 @@ button:disabled { color: var(--muted); cursor: default; }
   background: transparent; cursor: pointer; line-height: 1;
 }
 .wur-label:hover { background: var(--panel); }
+.wur-group-label { font-weight: 500; text-align: left; padding-left: 4px; }
+.wur-member { color: var(--muted); }
 .wur-label.wur-highlighted, .wur-label.wur-selected { color: var(--highlight); font-weight: 500; }
 .wur-plot { position: relative; }
 .wur-plot canvas { display: block; cursor: crosshair; }

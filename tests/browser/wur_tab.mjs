@@ -201,6 +201,28 @@ async function full(page, context) {
     log("run toggle works");
   }
 
+  // grouping by layer: a header row per layer with 2+ variables showing the worst; collapsible
+  if (config.group) {
+    const g = config.group; // {name, members, worst}
+    const first = want[0];
+    await f.locator('[data-testid="wur-group"]').check();
+    const grouped = first.tags.length + 1;
+    await waitAttrs(f, (a) => a[0].rows === grouped, "grouped rows");
+    const header = f.locator(`[data-testid="wur-group-label"][data-group="${g.name}"]`).first();
+    check((await header.innerText()).includes(`${g.name} (${g.members.length})`), `group header: ${await header.innerText()}`);
+    const headerRow = await header.evaluate((e) => [...e.parentElement.children].indexOf(e));
+    const text = await hoverText(page, f, first.run, headerRow, 0);
+    const point = config.exports[first.run][g.worst].find((p) => p[1] === first.steps[0]);
+    check(text.includes(g.worst) && text.includes(expectedRatioText(point[2])) && text.includes(`worst of the ${g.members.length} variables`), `group row tooltip: ${text}`);
+    await header.click();
+    await waitAttrs(f, (a) => a[0].rows === grouped - g.members.length, "collapsed group");
+    await f.locator(`[data-testid="wur-group-label"][data-group="${g.name}"]`).first().click();
+    await waitAttrs(f, (a) => a[0].rows === grouped, "expanded group");
+    await f.locator('[data-testid="wur-group"]').uncheck();
+    await waitAttrs(f, (a) => a[0].rows === first.tags.length, "ungrouped rows");
+    log("grouping by layer works");
+  }
+
   // zoom: drag over columns 2..9 of the first run, the backend answers that range
   const a = await cellCenter(f, first.run, 0, 2);
   const b = await cellCenter(f, first.run, 0, 9);
