@@ -20,6 +20,7 @@ import argparse
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -201,21 +202,13 @@ def trace_seconds(make: Callable[[], Callable], steady: float) -> float:
     return time.perf_counter() - start - steady
 
 
-def peak_rss_delta(fn: Callable) -> int:
-    """Bytes the process's peak resident memory rises above its current size during `fn`."""
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # resets VmHWM to the current RSS
-    before = _status("VmRSS")
+def peak_memory_delta(fn: Callable) -> int:
+    """Bytes TensorFlow's CPU allocator's peak rises above its current use during `fn`
+    (needs TF_CPU_ALLOCATOR_USE_BFC=true, set for the memory part, run in its own process)."""
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    tf.config.experimental.reset_memory_stats("CPU:0")
     fn()
-    return _status("VmHWM") - before
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
 
 
 def fit_epochs(smoke: bool, rounds: int, logdir: str) -> dict[str, list[float]]:
@@ -252,15 +245,41 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
 
 
+def memory(smoke: bool) -> None:
+    model, optimizer, x, y = make_workload("MEM", smoke)
+    weight_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+    logdir = tempfile.mkdtemp(prefix="wur-bench-")
+    writer = tf.summary.create_file_writer(logdir)
+    functions = step_functions(Variants(model, optimizer, x, y, writer))
+    print(f"\nMEM: {weight_bytes / 1e6:.0f} MB of weights; peak allocator memory during a step "
+          f"above the bare step's, in units of the weight bytes (median of 3)", flush=True)
+    for fn, _ in functions.values():
+        fn()
+    bare_peak = statistics.median(peak_memory_delta(functions["bare"][0]) for _ in range(3))
+    for variant in ["recommended: idle step", "recommended: logged step",
+                    "recommended: logged step, histograms", "watch + record_if: idle",
+                    "watch + record_if: logged", "naive per-variable, every step",
+                    "naive + tf.summary.histogram"]:
+        fn = functions[variant][0]
+        extra = statistics.median(peak_memory_delta(fn) for _ in range(3)) - bare_peak
+        print(f"  {variant:<40} {extra / weight_bytes:+.2f} x", flush=True)
+    writer.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--workloads", default="M1,M2,M3")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="only the peak memory part")
     args = parser.parse_args()
+    if args.memory:
+        memory(args.smoke)
+        return
     if args.smoke:
         args.rounds, args.steps = 2, 2
+    sys.stdout.reconfigure(line_buffering=True)
     random.seed(0)
     logdir = tempfile.mkdtemp(prefix="wur-bench-")
     print(f"{tf.__version__=} {keras.__version__=} rounds={args.rounds} steps={args.steps}")
@@ -294,23 +313,9 @@ def main() -> None:
                 print(f"    {label:<40} {trace_seconds(make, steady):.2f}")
         writer.close()
 
-    model, optimizer, x, y = make_workload("MEM", args.smoke)
-    weight_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
-    writer = tf.summary.create_file_writer(os.path.join(logdir, "MEM"))
-    variants = Variants(model, optimizer, x, y, writer)
-    functions = step_functions(variants)
-    print(f"\nMEM: {weight_bytes / 1e6:.0f} MB of weights; peak memory above the bare step, "
-          f"in units of the weight bytes (median of 3)")
-    for fn, _ in functions.values():
-        fn()
-    bare_peak = statistics.median(peak_rss_delta(functions["bare"][0]) for _ in range(3))
-    for variant in ["recommended: idle step", "recommended: logged step",
-                    "recommended: logged step, histograms", "naive per-variable, every step",
-                    "naive + tf.summary.histogram"]:
-        fn = functions[variant][0]
-        extra = statistics.median(peak_rss_delta(fn) for _ in range(3)) - bare_peak
-        print(f"  {variant:<40} {extra / weight_bytes:+.2f} x")
-    writer.close()
+    # TensorFlow's CPU allocator reports its peak only as a BFC allocator, set at start-up
+    command = [sys.executable, __file__, "--memory"] + (["--smoke"] if args.smoke else [])
+    subprocess.run(command, env={**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}, check=True)
 
     print(f"\nmodel.fit epoch (M1 model, {'20' if args.smoke else '200'} steps) / without "
           f"callbacks, logging every {LOG_EVERY} steps")
