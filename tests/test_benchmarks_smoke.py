@@ -1,0 +1,26 @@
+"""The benchmarks run (tiny sizes); their numbers are read by people, never asserted."""
+
+import os
+import subprocess
+import sys
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
+
+
+def _run(script):
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--smoke"],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_training_benchmark_smoke():
+    out = _run("training.py")
+    for line in ("recommended: logged step", "watch + record_if: idle", "MEM:",
+                 "fit + WeightUpdateRatioCallback"):
+        assert line in out
+
+
+def test_backend_benchmark_smoke():
+    out = _run("backend.py")
+    assert "heatmap" in out and "export csv" in out
