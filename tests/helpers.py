@@ -7,6 +7,7 @@ import glob
 import json
 import os
 
+import keras
 import numpy as np
 from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.util import tensor_util
@@ -77,6 +78,15 @@ def reference_buckets(values: np.ndarray) -> np.ndarray:
     return counts
 
 
+# The optimizers the ratio tests train with, by name (SGD's lr is 0.1: a test relies on it).
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.1),
+    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
+}
+
+
 def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
     """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN.
 
@@ -93,8 +103,6 @@ def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
 
 def mixed_model_and_data(seed: int = 0):
     """A model with Dense, Conv2D, BatchNormalization, Embedding and LSTM layers, and a batch."""
-    import keras
-
     keras.utils.set_random_seed(seed)
     image = keras.Input((8, 8, 1), name="image")
     tokens = keras.Input((6,), dtype="int32", name="tokens")

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import (
+    OPTIMIZERS,
     assert_ratios_close,
     mixed_model_and_data,
     ratio_series,
@@ -14,13 +15,6 @@ from helpers import (
 )
 from tb_wur_plugin import metadata
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-
-OPTIMIZERS = {
-    "sgd": lambda: keras.optimizers.SGD(0.1),
-    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
-    "adam": lambda: keras.optimizers.Adam(1e-2),
-    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
-}
 
 
 class ReferenceRatios(keras.callbacks.Callback):

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import (
+    OPTIMIZERS,
     assert_ratios_close,
     mixed_model_and_data,
     ratio_series,
@@ -13,13 +14,6 @@ from helpers import (
     reference_ratio,
 )
 from tb_wur_plugin import metadata, ratios, wur_summary
-
-OPTIMIZERS = {
-    "sgd": lambda: keras.optimizers.SGD(0.1),
-    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
-    "adam": lambda: keras.optimizers.Adam(1e-2),
-    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
-}
 
 
 def _train_with_watch(model, optimizer, x, y, logdir, steps, use_function, histograms=False):
