@@ -406,7 +406,6 @@ export class App {
     const t0 = performance.now();
     const width = this.lastWidth || this.plotWidth();
     const table = this.colorTable();
-    const dpr = window.devicePixelRatio || 1;
     this.blocks = [];
     const sections: HTMLElement[] = [];
     const binned = h.columnCount.some((c) => c > 1);
@@ -428,7 +427,8 @@ export class App {
       cursor.style.outline = "2px solid var(--focus)";
       const plot = el("div", { class: "wur-plot" }, canvas, selection, cursor);
       const labels = el("div", { class: "wur-labels" });
-      const fontSize = Math.max(7, Math.min(12, rowHeight - 4));
+      labels.style.setProperty("--row-height", `${rowHeight}px`);
+      labels.style.setProperty("--row-font", `${Math.max(7, Math.min(12, rowHeight - 4))}px`);
       for (const spec of specs) {
         let label: HTMLButtonElement;
         if (spec.kind === "group") {
@@ -446,8 +446,6 @@ export class App {
           if (this.selected?.run === run.run && this.selected.tag === tag) label.classList.add("wur-selected");
           label.addEventListener("click", () => void this.openDetail({ run: run.run, tag }, true));
         }
-        label.style.height = `${rowHeight}px`;
-        label.style.fontSize = `${fontSize}px`;
         labels.append(label);
       }
       const block: Block = { run: run.run, runIndex, shown, specs, display, canvas, plot, labels, selection, cursor, rowHeight, width };
@@ -461,7 +459,7 @@ export class App {
           labels.children[r]?.classList.add("wur-highlighted");
         }
       }
-      this.drawBlock(canvas, block, table, width, n * rowHeight, dpr);
+      this.drawBlock(canvas, block, table, width, n * rowHeight);
       this.wireCanvas(block);
       const axis = this.stepAxis(h, width);
       const swatch = el("span", { class: "wur-swatch" });
@@ -488,12 +486,12 @@ export class App {
     performance.measure("wur-draw", { start: t0 }); // read by benchmarks/frontend_bench.mjs
   }
 
-  private drawBlock(canvas: HTMLCanvasElement, block: Block, table: Uint32Array, width: number, height: number, dpr: number): void {
+  private drawBlock(canvas: HTMLCanvasElement, block: Block, table: Uint32Array, width: number, height: number): void {
     const h = this.heatmap!;
     if (block.display) {
-      drawHeatmap(canvas, block.display.codes, h.columns, block.specs.map((_, i) => i), table, width, height, dpr);
+      drawHeatmap(canvas, block.display.codes, h.columns, block.specs.map((_, i) => i), table, width, height);
     } else {
-      drawHeatmap(canvas, h.runs[block.runIndex].codes, h.columns, block.specs.map((x) => x.tag), table, width, height, dpr);
+      drawHeatmap(canvas, h.runs[block.runIndex].codes, h.columns, block.specs.map((x) => x.tag), table, width, height);
     }
   }
 
@@ -840,7 +838,7 @@ export class App {
       ctx.fillText(text, LABEL_WIDTH - 6, 28 + r * rowH + rowH / 2);
     });
     const cells = document.createElement("canvas");
-    this.drawBlock(cells, block, this.colorTable(), block.width, n * rowH, dpr);
+    this.drawBlock(cells, block, this.colorTable(), block.width, n * rowH);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(cells, LABEL_WIDTH, 28, block.width, n * rowH);
     ctx.textAlign = "center";

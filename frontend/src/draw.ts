@@ -16,31 +16,29 @@ export function paintCells(codes: Uint16Array, columns: number, rows: ArrayLike<
   }
 }
 
-let scratch: HTMLCanvasElement | null = null;
-
-/** Draws the heatmap of `rows` into `canvas` sized cssWidth x cssHeight CSS pixels. */
+/** Draws the heatmap of `rows` into `canvas`: one canvas pixel per cell, shown at
+ * cssWidth x cssHeight CSS pixels with `image-rendering: pixelated`, so the compositor scales
+ * it with nearest-neighbour sampling to the screen's device pixels (crisp at any
+ * devicePixelRatio, and only columns x rows pixels to fill). */
 export function drawHeatmap(
   canvas: HTMLCanvasElement, codes: Uint16Array, columns: number, rows: ArrayLike<number>,
-  table: Uint32Array, cssWidth: number, cssHeight: number, dpr: number,
+  table: Uint32Array, cssWidth: number, cssHeight: number,
 ): void {
-  const w = Math.max(1, Math.round(cssWidth * dpr));
-  const h = Math.max(1, Math.round(cssHeight * dpr));
+  const w = Math.max(1, columns), h = Math.max(1, rows.length);
   if (canvas.width !== w) canvas.width = w;
   if (canvas.height !== h) canvas.height = h;
   canvas.style.width = `${cssWidth}px`;
   canvas.style.height = `${cssHeight}px`;
+  canvas.style.imageRendering = "pixelated";
   const ctx = canvas.getContext("2d");
   if (!ctx) return;
-  ctx.clearRect(0, 0, w, h);
-  if (!rows.length || !columns) return;
-  const image = new ImageData(columns, rows.length);
+  if (!rows.length || !columns) {
+    ctx.clearRect(0, 0, w, h);
+    return;
+  }
+  const image = ctx.createImageData(columns, rows.length);
   paintCells(codes, columns, rows, table, new Uint32Array(image.data.buffer));
-  scratch ??= document.createElement("canvas");
-  scratch.width = columns;
-  scratch.height = rows.length;
-  scratch.getContext("2d")!.putImageData(image, 0, 0);
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(scratch, 0, 0, w, h);
+  ctx.putImageData(image, 0, 0);
 }
 
 /** Cell (row index into the shown rows, column) under CSS point (x, y), or null. */

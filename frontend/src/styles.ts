@@ -75,14 +75,14 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-label {
   display: block; width: 100%; box-sizing: border-box; text-align: right; padding: 0 6px 0 0; border: 0; border-radius: 0;
   overflow: hidden; text-overflow: ellipsis; white-space: nowrap; color: var(--text); font-weight: 400;
-  background: transparent; cursor: pointer; line-height: 1;
+  background: transparent; cursor: pointer; line-height: 1; height: var(--row-height); font-size: var(--row-font);
 }
 .wur-label:hover { background: var(--panel); }
 .wur-group-label { font-weight: 500; text-align: left; padding-left: 4px; }
 .wur-member { color: var(--muted); }
 .wur-label.wur-highlighted, .wur-label.wur-selected { color: var(--highlight); font-weight: 500; }
 .wur-plot { position: relative; }
-.wur-plot canvas { display: block; cursor: crosshair; }
+.wur-plot canvas { display: block; cursor: crosshair; image-rendering: pixelated; }
 .wur-overlay { position: absolute; pointer-events: none; box-sizing: border-box; }
 .wur-selection { background: var(--selection); border-left: 1px solid var(--focus); border-right: 1px solid var(--focus); top: 0; bottom: 0; }
 .wur-row-highlight { left: -2px; right: -2px; border: 2px solid var(--highlight); }

@@ -134,10 +134,41 @@ async function full(page, context) {
     check(JSON.stringify(labels) === JSON.stringify(w.tags), `${w.run}: row labels ${JSON.stringify(labels)}, want ${JSON.stringify(w.tags)}`);
   }
   log(`heatmaps ${JSON.stringify(attrs.map((a) => `${a.run} ${a.rows}x${a.cols}`))}`);
-  // crisp on high-DPI screens: the canvas has a device pixel per CSS pixel times the ratio
-  const sizes = await f.locator('[data-testid="wur-heatmap"]').first().evaluate((c) => [c.width, c.height, c.getBoundingClientRect().width, c.getBoundingClientRect().height, devicePixelRatio]);
-  check(sizes[4] === (config.dpr || 1), `devicePixelRatio ${sizes[4]}`);
-  check(Math.abs(sizes[0] - sizes[2] * sizes[4]) <= 1 && Math.abs(sizes[1] - sizes[3] * sizes[4]) <= 1, `canvas ${sizes[0]}x${sizes[1]} for ${sizes[2]}x${sizes[3]} CSS px at ratio ${sizes[4]}`);
+  // one canvas pixel per cell, scaled by the compositor without smoothing: crisp at any
+  // devicePixelRatio. Check it on screen: every pixel of a screenshot of the heatmap (taken
+  // at the device's resolution) has the exact color of a cell, none is a blend of two.
+  const hm = f.locator('[data-testid="wur-heatmap"]').first();
+  const info = await hm.evaluate((c) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    const colors = new Set();
+    for (let i = 0; i < d.length; i += 4) colors.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+    return { w: c.width, h: c.height, dpr: devicePixelRatio, rendering: getComputedStyle(c).imageRendering, colors: [...colors] };
+  });
+  check(info.dpr === (config.dpr || 1), `devicePixelRatio ${info.dpr}`);
+  check(info.w === attrs[0].cols && info.h === attrs[0].rows && info.rendering === "pixelated", `canvas ${info.w}x${info.h} ${info.rendering}`);
+  const shot = (await hm.screenshot({ scale: "device" })).toString("base64");
+  const blended = await hm.evaluate(async (c, { shot, colors }) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${shot}`;
+    await img.decode();
+    const cv = document.createElement("canvas");
+    cv.width = img.width; cv.height = img.height;
+    const ctx = cv.getContext("2d");
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(0, 0, cv.width, cv.height).data;
+    const known = new Set(colors);
+    let off = 0, total = 0;
+    for (let y = 2; y < cv.height - 2; y++) {
+      for (let x = 2; x < cv.width - 2; x++) { // the outermost pixels may blend with the page
+        const i = 4 * (y * cv.width + x);
+        if (!known.has((d[i] << 16) | (d[i + 1] << 8) | d[i + 2])) off++;
+        total++;
+      }
+    }
+    return { off, total, w: img.width };
+  }, { shot, colors: info.colors });
+  check(blended.total > 0 && blended.off / blended.total < 0.001, `blurred heatmap: ${blended.off} of ${blended.total} screen pixels are not cell colors`);
+  log(`crisp at devicePixelRatio ${info.dpr}: ${blended.w} px wide screenshot, ${blended.off} blended pixels`);
 
   // the tooltip shows the exact exported value, for every cell of the first run and some of the second
   let hovered = 0;
