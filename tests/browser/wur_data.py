@@ -16,7 +16,7 @@ from tb_wur_plugin import wur_summary
 XSS_TAG = "<img src=x onerror=alert(1)>"
 STEPS = list(range(0, 150, 5))  # 30 logged steps
 RUN_A = "alpha/train"
-RUN_B = "beta/train"
+RUN_B = "beta/<i onmouseover=alert(2)>train"  # a run name that is HTML, too
 TAGS_A = ["model/dense/kernel", "model/dense/bias", "model/head/kernel", XSS_TAG, "model/odd/kernel"]
 TAGS_B = ["model/dense/kernel", "model/dense/bias", "model/head/kernel"]
 

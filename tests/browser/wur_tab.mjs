@@ -192,6 +192,11 @@ async function full(page, context) {
 
   // tag and run names are text: the XSS tag is a label, no img element, no dialog
   check(await f.locator("img").count() === 0, "an <img> element exists in the tab");
+  check(await f.locator("i").count() === 0, "an <i> element exists in the tab");
+  for (const w of want) {
+    check(await f.locator("h3", { hasText: w.run }).count() === 1, `the run name ${w.run} is not shown as text`);
+    await f.locator("h3", { hasText: w.run }).hover();
+  }
   check(await f.locator('[data-testid="wur-row-label"]', { hasText: XSS_TAG }).count() >= 1, "the XSS tag is not shown as text");
 
   // legend: the band and the special colors are explained
