@@ -183,19 +183,18 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     `histograms=True` the histogram of its elementwise ratios) at `step`, read on entry.
     When summaries are not being recorded (no default writer, or `record_if` false) it
     reads, computes and writes nothing. Inside a `tf.function` traced without a default
-    writer it adds no op at all; with a writer and a dynamic `record_if` condition it adds
-    one conditional on entry and one on exit.
+    writer, or under a constant `record_if(False)`, it adds no op at all; with a writer and a
+    tensor or callable `record_if` condition it adds one conditional on entry and one on
+    exit, which run the snapshot and the ratios only when the condition holds.
     """
     watched = watched_variables(variables)
-    if summary.default_writer() is None or not watched:
+    recording = summary.static_recording()
+    if recording is None and tf.executing_eagerly():
+        recording = bool(tf.summary.should_record_summaries())
+    if recording is False or not watched:
         yield
         return
     summary.check_default_writer_open("wur_summary.watch")
-    should_record = tf.summary.should_record_summaries()
-    recording = tf.get_static_value(should_record)
-    if recording is not None and not recording:
-        yield
-        return
     if step is None:
         step = tf.summary.experimental.get_step()
     if step is None:
@@ -203,8 +202,7 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
             "wur_summary.watch: no step set; pass step= or call "
             "tf.summary.experimental.set_step()"
         )
-
-    if recording is not None:  # known now: eager, or a static condition in a graph
+    if recording:  # known now: eagerly, or constant conditions in a graph
         step_value = _read_step(step)
         before = snapshot(watched)
         yield
@@ -217,6 +215,7 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     def no_snapshot():
         return tf.constant(0, tf.int64), [tf.zeros([0], w.variable.dtype) for w in watched]
 
+    should_record = tf.summary.should_record_summaries()
     step_value, before = tf.cond(should_record, take_snapshot, no_snapshot)
     yield
     tf.cond(

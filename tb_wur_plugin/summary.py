@@ -146,6 +146,27 @@ def default_writer() -> tf.summary.SummaryWriter | None:
     return summary_ops_v2._summary_state.writer
 
 
+def static_recording() -> bool | None:
+    """Whether summaries are being recorded, when that is known without running a graph:
+    False without a default writer, True or False for constant `record_if` conditions,
+    None when a condition is a tensor or a callable (`tf.summary.should_record_summaries()`
+    then decides at run time). Unlike that function, it adds no op to a graph."""
+    state = summary_ops_v2._summary_state
+    if state.writer is None:
+        return False
+    recording = True
+    for condition in (state.is_recording, state.is_recording_distribution_strategy):
+        if condition is None:
+            continue
+        if callable(condition):
+            return None
+        value = tf.get_static_value(condition) if tf.is_tensor(condition) else condition
+        if value is None:
+            return None
+        recording = recording and bool(value)
+    return recording
+
+
 def check_default_writer_open(context: str) -> None:
     """Raise RuntimeError if the default summary writer is closed.
 

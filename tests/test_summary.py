@@ -184,3 +184,19 @@ def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, w
         assert value.tensor.dtype == tf.float32.as_datatype_enum
         got = tf.make_ndarray(value.tensor)
         assert got.shape == () and (got == want or (np.isnan(got) and np.isnan(want)))
+
+
+def test_static_recording_knows_constant_conditions_without_adding_ops(writer):
+    assert summary.static_recording() is False  # no default writer
+    with writer.as_default():
+        assert summary.static_recording() is True
+        with tf.summary.record_if(False):
+            assert summary.static_recording() is False
+        with tf.summary.record_if(tf.constant(True)):
+            assert summary.static_recording() is True
+        with tf.summary.record_if(lambda: True):
+            assert summary.static_recording() is None  # decided when the graph runs
+        graph = tf.Graph()
+        with graph.as_default():
+            summary.static_recording()
+        assert graph.get_operations() == []
