@@ -16,7 +16,11 @@ await esbuild.build({
   entryPoints: ["src/index.ts"],
   outfile,
   bundle: true,
-  format: "esm",
+  // An IIFE in a module-scoped variable, then a plain `export function render()`: the module
+  // TensorBoard imports says what it exports in so many words (plugin_entry.html calls render()).
+  format: "iife",
+  globalName: "wurTab",
+  footer: { js: "export function render() {\n  return wurTab.render();\n}" },
   platform: "browser",
   target: ["es2020"],
   minify: true,
