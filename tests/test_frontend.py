@@ -196,7 +196,7 @@ def test_empty_logdir_says_what_to_do(tmp_path):
     logdir.mkdir()
     with TensorBoardServer(str(logdir), load_fast=True) as server:
         output = _browser({"url": server.url, "mode": "empty", "label": "empty"}, tmp_path)
-    assert "empty state works" in output, output
+    assert "empty state works" in output and "error state works" in output, output
 
 
 if __name__ == "__main__":

@@ -119,7 +119,11 @@ export class App {
     this.refreshButton.addEventListener("click", () => void this.reload());
     for (const input of [this.lowInput, this.highInput]) input.addEventListener("change", () => this.onBand());
     window.addEventListener("mouseup", (e) => this.onMouseUp(e));
-    document.addEventListener("keydown", (e) => { if (e.key === "Escape") this.hideTooltip(); });
+    document.addEventListener("keydown", (e) => {
+      if (e.key !== "Escape") return;
+      if (this.tooltip.hidden && !this.detail.hidden) this.closeDetail();
+      this.hideTooltip();
+    });
     this.darkQuery?.addEventListener?.("change", () => this.redraw());
     new ResizeObserver(() => this.onResize()).observe(this.content);
 
@@ -187,17 +191,23 @@ export class App {
     return this.runs.map((r) => r.run).filter((r) => !this.deselected.has(r));
   }
 
+  /** Selected runs that hold ratios (a run may hold only histograms or a learning rate). */
+  private heatmapRuns(): string[] {
+    const withRatios = new Set(this.runs.filter((r) => r.first_step !== null && r.layers.length).map((r) => r.run));
+    return this.selectedRuns().filter((r) => withRatios.has(r));
+  }
+
   private plotWidth(): number {
     const w = this.content.clientWidth - 32 - LABEL_WIDTH - 4;
     return Math.max(120, Math.floor(w));
   }
 
   async loadHeatmap(): Promise<void> {
-    const runs = this.selectedRuns();
+    const runs = this.heatmapRuns();
     this.heatmapController?.abort();
     if (!runs.length) {
       this.heatmap = null;
-      this.heatmaps.replaceChildren(el("p", { class: "wur-meta", text: "No run selected: pick one in the list of runs." }));
+      this.heatmaps.replaceChildren(el("p", { class: "wur-meta", text: this.selectedRuns().length ? "The selected runs hold no ratios yet." : "No run selected: pick one in the list of runs." }));
       this.blocks = [];
       return;
     }
@@ -230,7 +240,7 @@ export class App {
     const controller = (this.flagsController = new AbortController());
     const runs = this.selectedRuns();
     try {
-      const all = await Promise.all(runs.map((run) => api.flags(run, this.band.low, this.band.high, controller.signal)));
+      const all = await Promise.all(runs.filter((r) => this.heatmapRuns().includes(r)).map((run) => api.flags(run, this.band.low, this.band.high, controller.signal)));
       if (controller.signal.aborted) return;
       this.flags = all.flatMap((f) => f.layers.map((l) => ({ ...l, run: f.run })));
       this.flags.sort((a, b) => (b.nan_steps > 0 ? 1 : 0) - (a.nan_steps > 0 ? 1 : 0) || b.out_of_band_fraction - a.out_of_band_fraction || a.run.localeCompare(b.run));
