@@ -124,7 +124,18 @@ export class App {
       if (this.tooltip.hidden && !this.detail.hidden) this.closeDetail();
       this.hideTooltip();
     });
-    this.darkQuery?.addEventListener?.("change", () => this.redraw());
+    this.applyTheme();
+    this.darkQuery?.addEventListener?.("change", () => { this.dark = !!this.darkQuery?.matches; this.applyTheme(); });
+    const hostPage = this.hostBody();
+    if (hostPage) {
+      let hostDark = hostPage.classList.contains("dark-mode");
+      new MutationObserver(() => {
+        if (hostPage.classList.contains("dark-mode") === hostDark) return; // another class changed
+        hostDark = !hostDark;
+        this.dark = hostDark;
+        this.applyTheme();
+      }).observe(hostPage, { attributes: true, attributeFilter: ["class"] });
+    }
     new ResizeObserver(() => this.onResize()).observe(this.content);
 
     const host = HostChannel.connect(window);
@@ -365,8 +376,32 @@ export class App {
 
   // --- heatmaps --------------------------------------------------------------------------
 
+  /** Light or dark: at first TensorBoard's theme when the host page is reachable (same origin;
+   * it sets body.dark-mode from the system's preference at load or from the user's pick in its
+   * menu), else the system's; then whichever changed last, the host's theme or the system's
+   * prefers-color-scheme. */
+  private dark: boolean | null = null;
   private theme(): Theme {
-    return { dark: !!this.darkQuery?.matches };
+    if (this.dark === null) {
+      const host = this.hostBody();
+      this.dark = host ? host.classList.contains("dark-mode") : !!this.darkQuery?.matches;
+    }
+    return { dark: this.dark };
+  }
+
+  private hostBody(): HTMLElement | null {
+    try {
+      return window.parent !== window ? window.parent.document.body : null;
+    } catch {
+      return null; // another origin
+    }
+  }
+
+  private applyTheme(): void {
+    const dark = this.theme().dark;
+    if (document.documentElement.getAttribute("data-theme") === (dark ? "dark" : "light")) return;
+    document.documentElement.setAttribute("data-theme", dark ? "dark" : "light");
+    if (this.heatmap || this.selected) this.redraw();
   }
 
   private colorTable(): Uint32Array {
@@ -380,6 +415,7 @@ export class App {
   }
 
   private redraw(): void {
+    if (!this.heatmap) return;
     this.renderHeatmaps();
     this.renderLegend();
     if (this.selected) void this.openDetail(this.selected, false);

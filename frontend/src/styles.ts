@@ -7,15 +7,15 @@ export const CSS = `
   --band-line: #2e7d32; --selection: rgba(26, 115, 232, 0.25); --grid: #eeeeee;
   color-scheme: light;
 }
-@media (prefers-color-scheme: dark) {
-  :root {
+/* data-theme is set by the tab: TensorBoard's own theme (body.dark-mode of the host page) when
+   it can see it, else prefers-color-scheme */
+:root[data-theme="dark"] {
     --bg: #202124; --panel: #292a2d; --text: #e8eaed; --muted: #9aa0a6; --border: #3c4043;
     --accent: #ffb74d; --accent-text: #ffb74d; --error: #f28b82; --error-bg: #3c1f1f;
     --focus: #8ab4f8; --highlight: #8ab4f8; --code-bg: #303134; --band: rgba(129, 201, 149, 0.18);
     --band-line: #81c995; --selection: rgba(138, 180, 248, 0.3); --grid: #303134;
     color-scheme: dark;
   }
-}
 html, body { margin: 0; height: 100%; }
 body {
   background: var(--bg); color: var(--text); overflow: auto;

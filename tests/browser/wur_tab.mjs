@@ -412,6 +412,17 @@ async function shots(page, f) {
     log(`screenshot ${file}`);
   }
   await page.emulateMedia({ colorScheme: "light" });
+  // TensorBoard's own theme menu (light system): the tab follows the host page
+  const bg = () => f.locator("body").evaluate((b) => getComputedStyle(b).backgroundColor);
+  await page.locator('button[aria-label="Menu for changing light or dark theme"]').click();
+  await page.getByRole("menuitem", { name: /dark/i }).click();
+  await f.locator('html[data-theme="dark"]').waitFor({ state: "attached" });
+  check(await bg() === "rgb(32, 33, 36)", `TensorBoard's dark theme did not reach the tab: ${await bg()}`);
+  await page.locator('button[aria-label="Menu for changing light or dark theme"]').click();
+  await page.getByRole("menuitem", { name: /light/i }).click();
+  await f.locator('html[data-theme="light"]').waitFor({ state: "attached" });
+  check(await bg() === "rgb(255, 255, 255)", `TensorBoard's light theme did not reach the tab: ${await bg()}`);
+  log("follows TensorBoard's theme menu");
 }
 
 async function live(page) {
