@@ -44,7 +44,7 @@ export class App {
   private readonly errorBox = el("div", { class: "wur-error", "data-testid": "wur-error", hidden: true });
   private readonly runFilterInput = el("input", { type: "text", placeholder: "Filter runs (regex)", "aria-label": "Filter runs" });
   private readonly runList = el("ul", { class: "wur-runs", "aria-label": "Runs" });
-  private readonly layerFilterInput = el("input", { type: "text", placeholder: "Filter layers (regex)", "aria-label": "Filter layers by regular expression", "data-testid": "wur-layer-filter", size: 22 });
+  private readonly layerFilterInput = el("input", { type: "text", placeholder: "Filter layers (regex)", "aria-label": "Filter layers by regular expression", "data-testid": "wur-layer-filter", size: 18 });
   private readonly layerFilterHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-filter-error" });
   private readonly groupBox = el("input", { type: "checkbox", "data-testid": "wur-group" });
   private readonly reductionSelect = el("select", { "aria-label": "Reduction of a binned column", "data-testid": "wur-reduction" });
@@ -93,12 +93,13 @@ export class App {
     for (const [value, label] of REDUCTIONS) this.reductionSelect.append(el("option", { value, text: label }));
     const toolbar = el("header", { class: "wur-toolbar" },
       el("h1", { text: "Weight-update ratios ‖Δw‖/‖w‖" }),
+      this.refreshButton,
       el("label", { class: "wur-field" }, "Layers", this.layerFilterInput), this.layerFilterHint,
       el("label", { class: "wur-field", title: "Put the variables of one layer (kernel, bias) under a collapsible header row showing the worst of them" }, this.groupBox, "Group by layer"),
       el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reductionSelect),
       this.resetZoomButton, this.zoomLabel,
       el("span", { class: "wur-field" }, el("label", { text: "Band" }), this.lowInput, "–", this.highInput), this.bandHint,
-      this.refreshButton, this.status,
+      this.status,
     );
     this.sidebar.append(
       el("h2", { text: "Runs" }), this.runFilterInput,

@@ -23,7 +23,7 @@ body {
 }
 .wur-root { display: flex; flex-direction: column; min-height: 100%; }
 .wur-toolbar {
-  display: flex; flex-wrap: wrap; gap: 8px 16px; align-items: center; padding: 8px 16px;
+  display: flex; flex-wrap: wrap; gap: 8px 14px; align-items: center; padding: 8px 16px;
   border-bottom: 1px solid var(--border); background: var(--bg); position: sticky; top: 0; z-index: 5;
 }
 .wur-toolbar h1 { font-size: 15px; font-weight: 500; margin: 0 8px 0 0; }
@@ -33,7 +33,7 @@ body {
   border-radius: 4px; padding: 3px 6px;
 }
 .wur-field input.wur-invalid { border-color: var(--error); }
-.wur-field input[type=text].wur-band { width: 5.5em; }
+.wur-field input[type=text].wur-band { width: 4.5em; }
 button, .wur-button {
   font: inherit; font-weight: 500; color: var(--accent-text); background: transparent;
   border: 1px solid var(--border); border-radius: 4px; padding: 3px 10px; cursor: pointer;
