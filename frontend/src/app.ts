@@ -1,7 +1,7 @@
 // The WUR tab: state, layout and interaction. Rendering of numbers is in format.ts, colors in
 // color.ts, the wire format in codec.ts, the canvas in draw.ts and charts.ts.
 import { api, FlagInfo, HttpError, RunInfo } from "./api";
-import { drawDensity, drawLogLine, ChartColors } from "./charts";
+import { drawDensity, drawLogLine, ChartColors, nearestIndex, stepAtX } from "./charts";
 import { Heatmap, columnRange } from "./codec";
 import {
   Band, codeColorTable, codeExtent, colorDomain, DEFAULT_BAND, Domain, domainPosition,
@@ -691,6 +691,10 @@ export class App {
     const lines = tooltipLines(h, block.runIndex, this.tagAt(block, row, col), col, h.reduction);
     const spec = block.specs[row];
     if (spec.kind === "group") lines.push(`worst of the ${spec.members.length} variables of ${spec.name}`);
+    this.showLines(lines, x, y);
+  }
+
+  private showLines(lines: string[], x: number, y: number): void {
     this.tooltip.replaceChildren(...lines.map((line, i) => el("div", { class: i === 0 ? "wur-tt-tag" : "", text: line })));
     this.tooltip.hidden = false;
     const w = this.tooltip.offsetWidth, ht = this.tooltip.offsetHeight;
@@ -807,6 +811,23 @@ export class App {
       const ratioCanvas = el("canvas", { "data-testid": "wur-detail-ratio", role: "img", "aria-label": `Ratio of ${ref.tag} over steps, log scale` });
       drawLogLine(ratioCanvas, { steps: keep.map((i) => series.steps[i]), values: keep.map((i) => values[i]) }, x0, x1, width, 180, colors, this.band);
       parts.push(el("div", { class: "wur-chart-title", text: `Ratio over steps (log scale; shaded: band, dashed: target; ${keep.length} points)` }), ratioCanvas);
+      const keptSteps = keep.map((i) => series.steps[i]);
+      const lrAt = (step: number) => {
+        if (!lr || !lr.steps.length) return null;
+        const j = nearestIndex(lr.steps, step);
+        return lr.steps[j] === step ? Number(lr.values[j]) : null;
+      };
+      ratioCanvas.addEventListener("mousemove", (e) => {
+        const rect = ratioCanvas.getBoundingClientRect();
+        const j = nearestIndex(keptSteps, stepAtX(e.clientX - rect.left, x0, x1, width));
+        if (j < 0) return;
+        const step = keptSteps[j], value = values[keep[j]], rate = lrAt(step);
+        const lines = [ref.tag, `step ${formatStep(step)}`, `ratio ${formatRatio(value)}`];
+        if (value > 0 && Number.isFinite(value)) lines.push(`log10 ${Math.log10(value).toFixed(2)}`);
+        if (rate !== null) lines.push(`learning rate ${formatRatio(rate)}`);
+        this.showLines(lines, e.clientX, e.clientY);
+      });
+      ratioCanvas.addEventListener("mouseleave", () => this.hideTooltip());
       if (lr && lr.steps.length) {
         const lrCanvas = el("canvas", { "data-testid": "wur-detail-lr", role: "img", "aria-label": "Learning rate over steps" });
         const k = lr.steps.map((s, i) => (inRange(s) ? i : -1)).filter((i) => i >= 0);

@@ -6,7 +6,23 @@ import { decadeTicks, formatPow10, formatStepShort, stepTicks } from "./format";
 
 export interface ChartColors { text: string; muted: string; grid: string; band: string; bandLine: string; line: string; error: string; bg: string }
 
-const PAD = { left: 52, right: 12, top: 8, bottom: 22 };
+export const PAD = { left: 52, right: 12, top: 8, bottom: 22 };
+
+/** The step under CSS x of a chart `width` wide over steps [x0, x1]. */
+export function stepAtX(x: number, x0: number, x1: number, width: number): number {
+  return x0 + ((x - PAD.left) / (width - PAD.left - PAD.right)) * (x1 - x0);
+}
+
+/** Index of the step nearest to `step` in sorted `steps` (-1 if empty). */
+export function nearestIndex(steps: number[], step: number): number {
+  if (!steps.length) return -1;
+  let lo = 0, hi = steps.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (steps[mid] < step) lo = mid + 1; else hi = mid;
+  }
+  return lo > 0 && step - steps[lo - 1] <= steps[lo] - step ? lo - 1 : lo;
+}
 
 function setup(canvas: HTMLCanvasElement, width: number, height: number) {
   const dpr = window.devicePixelRatio || 1;

@@ -70,3 +70,15 @@ test("CSV of the view: shown rows and columns, values as displayed", () => {
     "a/kernel,20,29,2,nan",
   ].join("\n") + "\n");
 });
+
+import { nearestIndex, stepAtX, PAD } from "../src/charts";
+test("detail charts: x to step, nearest logged step", () => {
+  assert.equal(stepAtX(PAD.left, 0, 100, 500), 0);
+  assert.equal(stepAtX(500 - PAD.right, 0, 100, 500), 100);
+  assert.equal(nearestIndex([0, 5, 10, 20], 7), 1);
+  assert.equal(nearestIndex([0, 5, 10, 20], 8), 2);
+  assert.equal(nearestIndex([0, 5, 10, 20], 16), 3);
+  assert.equal(nearestIndex([0, 5, 10, 20], -3), 0);
+  assert.equal(nearestIndex([0, 5, 10, 20], 99), 3);
+  assert.equal(nearestIndex([], 1), -1);
+});

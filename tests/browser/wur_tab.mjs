@@ -332,6 +332,15 @@ async function full(page, context) {
     });
     check(inked > 0.01, `${id} is blank (${inked})`);
   }
+  {
+    // hovering the line chart reads out the step, the ratio and the learning rate there
+    const box = await detail.locator('[data-testid="wur-detail-ratio"]').boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    const text = await f.locator('[data-testid="wur-tooltip"]').innerText();
+    const step = Number(/step (\d+)/.exec(text)?.[1]);
+    const point = config.exports[first.run][htag].find((p) => p[1] === step);
+    check(point && text.includes(htag) && text.includes(expectedRatioText(point[2])) && text.includes("learning rate"), `detail chart readout: ${text}`);
+  }
   log("layer detail works");
 
   // flags: worst first, as the backend ranks them; a click scrolls to and highlights the row
