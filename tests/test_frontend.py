@@ -191,6 +191,44 @@ def test_new_steps_appear_live_keeping_filter_and_layer(tmp_path):
     assert "live update works (10 -> 20 columns)" in output, output
 
 
+def test_binned_columns_show_the_reduction_of_their_steps(tmp_path):
+    import math
+
+    import tensorflow as tf
+
+    from tb_wur_plugin import wur_summary
+
+    steps = 3000
+    logdir = tmp_path / "binned"
+    writer = tf.summary.create_file_writer(str(logdir / "long"))
+
+    def special(step):
+        # the second layer goes NaN at step 1234 and holds still (0) at step 2000
+        return {1234: math.nan, 2000: 0.0}.get(step)
+
+    with writer.as_default():
+        for step in range(steps):
+            wur_summary.scalar("net/a/kernel", 1e-3 * (1 + (step % 7) / 10 + step / steps), step=step)
+            value = special(step)
+            wur_summary.scalar("net/b/kernel", 2e-4 * (1 + (step % 11) / 5) if value is None else value, step=step)
+    writer.close()
+    with TensorBoardServer(str(logdir), load_fast=True) as server:
+        server.wait_for(
+            lambda d: d["runs"] and all(l["logged_steps"] == steps for l in d["runs"][0]["layers"]),
+            "/data/plugin/wur/runs",
+        )
+        exported = json.loads(server.get("/data/plugin/wur/export?run=long&format=json")[2])
+        config = {
+            "url": server.url, "mode": "binned", "label": "binned",
+            "runs": [{"run": "long", "tags": ["net/a/kernel", "net/b/kernel"], "steps": list(range(steps))}],
+            "exports": {"long": exported},
+            # bins to check: the first ones, one in the middle, the last; and those of these steps
+            "columns": [0, 1, 300, -1], "special_steps": [1234, 2000],
+        }
+        output = _browser(config, tmp_path)
+    assert "binned columns work" in output, output
+
+
 def test_empty_logdir_says_what_to_do(tmp_path):
     logdir = tmp_path / "empty"
     logdir.mkdir()

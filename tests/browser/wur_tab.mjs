@@ -62,6 +62,7 @@ async function main() {
     page.on("dialog", async (d) => { dialogs.push(d.message()); await d.dismiss(); });
     if (config.mode === "empty") await empty(page);
     else if (config.mode === "live") await live(page);
+    else if (config.mode === "binned") await binned(page);
     else if (config.mode === "screenshot") await screenshot(page);
     else await full(page, context);
     check(!dialogs.length, `a dialog opened (script injection?): ${dialogs.join(", ")}`);
@@ -464,6 +465,54 @@ async function live(page) {
   check(await f.locator('[data-testid="wur-layer-filter"]').inputValue() === config.filter, "the filter text was lost");
   check(await detail.isVisible() && (await detail.getAttribute("data-tag")) === tag, "the open layer was lost");
   log(`live update works (${config.steps_before} -> ${attrs[0].cols} columns)`);
+}
+
+async function binned(page) {
+  // More steps than pixels: columns are bins of w steps; the tooltip names the bin's steps and
+  // shows the chosen reduction of the exported ratios inside it.
+  const f = await openTab(page);
+  const run = config.runs[0];
+  const last = run.steps[run.steps.length - 1];
+  await f.locator('[data-testid="wur-heatmap"]').waitFor();
+  let [a] = await heatmapAttrs(f);
+  check(a.cols < run.steps.length, `not binned: ${a.cols} columns for ${run.steps.length} steps`);
+  const first = await hoverText(page, f, run.run, 0, 0);
+  const m = /steps 0–(\d+)/.exec(first);
+  check(m, `the first bin's tooltip names no step range: ${first}`);
+  const w = Number(m[1]) + 1;
+  check(a.cols === Math.ceil((last + 1) / w), `${a.cols} columns of ${w} steps for steps 0..${last}`);
+  const reduce = {
+    max: (v) => (v.includes("NaN") ? "NaN" : v.includes("Infinity") ? "Infinity" : Math.max(...v)),
+    min: (v) => (v.includes("NaN") ? "NaN" : Math.min(...v.filter((x) => x !== "Infinity"))),
+    last: (v) => v[v.length - 1],
+  };
+  let checked = 0;
+  for (const reduction of ["max", "min", "last"]) {
+    await f.locator('[data-testid="wur-reduction"]').selectOption(reduction);
+    [a] = await waitAttrs(f, (x) => x[0].reduction === reduction, `reduction ${reduction}`);
+    for (const [row, tag] of run.tags.entries()) {
+      const columns = config.columns.map((c) => (c < 0 ? a.cols + c : c)).concat(config.special_steps.map((st) => Math.floor(st / w)));
+      for (const k of columns) {
+        const lo = k * w, hi = Math.min(last, (k + 1) * w - 1);
+        const values = config.exports[run.run][tag].filter((p) => p[1] >= lo && p[1] <= hi).map((p) => p[2]);
+        const want = expectedRatioText(reduce[reduction](values));
+        // columns are about a pixel wide and mouse events land on whole pixels: step the
+        // pointer until it is over bin k
+        const center = await cellCenter(f, run.run, row, k);
+        let text = "";
+        for (let dx = 0, tries = 0; tries < 6; tries++) {
+          await page.mouse.move(Math.round(center.x) + dx, center.y);
+          text = await f.locator('[data-testid="wur-tooltip"]').innerText();
+          const at = Number(/steps (\d+)–/.exec(text)?.[1]);
+          if (at === lo) break;
+          dx += at < lo ? 1 : -1;
+        }
+        check(text.includes(`steps ${lo}–${hi}`) && text.includes(want) && text.includes(reduction), `${reduction} of ${tag} in steps ${lo}–${hi}: want "${want}", tooltip:\n${text}`);
+        checked++;
+      }
+    }
+  }
+  log(`binned columns work (${a.cols} columns of ${w} steps, ${checked} bins checked)`);
 }
 
 async function empty(page) {
