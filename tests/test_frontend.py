@@ -191,6 +191,42 @@ def test_new_steps_appear_live_keeping_filter_and_layer(tmp_path):
     assert "live update works (10 -> 20 columns)" in output, output
 
 
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_keras_callback_run_in_chromium(load_fast, tmp_path):
+    import keras
+    import numpy as np
+
+    from tb_wur_plugin.keras import WeightUpdateRatioCallback
+
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8, activation="relu", name="hidden"),
+         keras.layers.Dense(1, name="out")],
+        name="tiny",
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    logdir = tmp_path / "keras"
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0,
+              callbacks=[WeightUpdateRatioCallback(str(logdir), update_freq=2, histograms=True)])
+    tags = [v.path for v in model.trainable_variables]
+    steps = list(range(0, 16, 2))  # 16 updates, every 2nd logged
+    with TensorBoardServer(str(logdir), load_fast) as server:
+        server.wait_for(
+            lambda d: d["runs"] and len(d["runs"][0]["layers"]) == len(tags)
+            and all(l["logged_steps"] == len(steps) for l in d["runs"][0]["layers"]),
+            "/data/plugin/wur/runs",
+        )
+        exported = json.loads(server.get("/data/plugin/wur/export?run=train&format=json")[2])
+        config = {
+            "url": server.url, "mode": "basic", "label": f"keras-{'fast' if load_fast else 'python'}",
+            "runs": [{"run": "train", "tags": tags, "steps": steps}], "exports": {"train": exported},
+        }
+        output = _browser(config, tmp_path)
+    assert f"{len(tags) * len(steps)} tooltips match the export" in output, output
+
+
 def test_binned_columns_show_the_reduction_of_their_steps(tmp_path):
     import math
 
