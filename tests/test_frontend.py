@@ -72,6 +72,12 @@ def test_bundle_builds_deterministically(tmp_path):
     assert outs[0] == outs[1]
 
 
+def test_typescript_typechecks():
+    code, output = _run([_node(), str(FRONTEND / "node_modules" / "typescript" / "bin" / "tsc"),
+                         "--noEmit", "-p", str(FRONTEND)], 180, cwd=FRONTEND)
+    assert code == 0, output
+
+
 def test_js_unit_tests():
     code, output = _run([_node(), str(FRONTEND / "run-tests.mjs")], 180, cwd=FRONTEND)
     assert code == 0, output
