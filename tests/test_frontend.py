@@ -136,6 +136,7 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             "url": server.url, "mode": "data", "label": label, "artifacts": str(ARTIFACTS),
             "runs": _expected_runs(), "exports": exports, "flags": flags,
             "histogram_tag": "model/dense/kernel", "nan_tag": "model/odd/kernel",
+            "histogram_elements": wur_data.HISTOGRAM_ELEMENTS,
             "dpr": 2 if load_fast else 1,  # high-DPI in one loader
             "group": {"name": "model/dense", "members": ["model/dense/kernel", "model/dense/bias"],
                       "worst": "model/dense/bias"},

@@ -1,7 +1,7 @@
 // The WUR tab: state, layout and interaction. Rendering of numbers is in format.ts, colors in
 // color.ts, the wire format in codec.ts, the canvas in draw.ts and charts.ts.
 import { api, FlagInfo, HttpError, RunInfo } from "./api";
-import { drawDensity, drawLogLine, ChartColors, nearestIndex, stepAtX } from "./charts";
+import { bucketOf, drawDensity, drawLogLine, ChartColors, log10AtY, nearestIndex, stepAtX } from "./charts";
 import { Heatmap, columnRange } from "./codec";
 import {
   Band, codeColorTable, codeExtent, colorDomain, DEFAULT_BAND, Domain, domainPosition,
@@ -837,7 +837,26 @@ export class App {
       if (histograms && histograms.steps.length) {
         const k = histograms.steps.map((s, i) => (inRange(s) ? i : -1)).filter((i) => i >= 0);
         const hCanvas = el("canvas", { "data-testid": "wur-detail-histogram", role: "img", "aria-label": "Distribution of the elementwise ratios over steps" });
-        drawDensity(hCanvas, { steps: k.map((i) => histograms.steps[i]), edges: histograms.edges, firstBin: histograms.buckets.first_bin, counts: k.map((i) => histograms.counts[i]) }, x0, x1, width, 160, colors);
+        const hSteps = k.map((i) => histograms.steps[i]);
+        const axis = drawDensity(hCanvas, { steps: hSteps, edges: histograms.edges, firstBin: histograms.buckets.first_bin, counts: k.map((i) => histograms.counts[i]) }, x0, x1, width, 160, colors);
+        hCanvas.addEventListener("mousemove", (e) => {
+          const rect = hCanvas.getBoundingClientRect();
+          const j = nearestIndex(hSteps, stepAtX(e.clientX - rect.left, x0, x1, width));
+          if (j < 0 || !axis) return;
+          const counts = histograms.counts[k[j]];
+          const b = histograms.buckets;
+          const total = counts.reduce((a, n) => a + n, 0);
+          const lines = [ref.tag, `step ${formatStep(hSteps[j])}: ${total} elements`];
+          const bucket = bucketOf(histograms.edges, log10AtY(e.clientY - rect.top, axis.lo, axis.hi, 160));
+          if (bucket >= 0) {
+            lines.push(`${formatShortRatio(histograms.edges[bucket])} ≤ |Δw_i|/|w_i| < ${formatShortRatio(histograms.edges[bucket + 1])}: ${counts[b.first_bin + bucket] ?? 0}`);
+          }
+          const special = ([["zero", b.zero], ["below the first edge", b.underflow], ["above the last edge", b.overflow], ["+inf", b.inf], ["NaN", b.nan]] as [string, number][])
+            .filter(([, i]) => (counts[i] ?? 0) > 0).map(([name, i]) => `${name}: ${counts[i]}`);
+          if (special.length) lines.push(special.join(", "));
+          this.showLines(lines, e.clientX, e.clientY);
+        });
+        hCanvas.addEventListener("mouseleave", () => this.hideTooltip());
         parts.push(el("div", { class: "wur-chart-title", text: "Distribution of the elementwise ratios |Δw_i|/|w_i| (each step's column scaled to its largest bucket)" }), hCanvas);
       } else if (layer && !layer.has_histograms) {
         parts.push(el("div", { class: "wur-meta", text: "No histograms were logged for this layer (histograms=True in the callback or watch logs them)." }));

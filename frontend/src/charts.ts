@@ -150,15 +150,15 @@ export function drawLogLine(canvas: HTMLCanvasElement, s: LogSeries, x0: number,
 export interface Density { steps: number[]; edges: number[]; firstBin: number; counts: number[][] }
 
 /** Steps x log10(ratio) density: one column per histogram, each normalised to its max. */
-export function drawDensity(canvas: HTMLCanvasElement, d: Density, x0: number, x1: number, width: number, height: number, c: ChartColors): void {
+export function drawDensity(canvas: HTMLCanvasElement, d: Density, x0: number, x1: number, width: number, height: number, c: ChartColors): { lo: number; hi: number } | null {
   const ctx = setup(canvas, width, height);
   const sx = xAxis(ctx, x0, x1, width, height, c);
   const nb = d.edges.length - 1;
-  if (nb <= 0 || !d.steps.length) return;
+  if (nb <= 0 || !d.steps.length) return null;
   // rows with any count, to zoom the y axis onto the populated bins
   let bLo = nb, bHi = -1;
   for (const row of d.counts) for (let b = 0; b < nb; b++) if ((row[d.firstBin + b] ?? 0) > 0) { bLo = Math.min(bLo, b); bHi = Math.max(bHi, b); }
-  if (bHi < 0) { ctx.fillStyle = c.muted; ctx.fillText("no finite positive ratios in the histograms", PAD.left + 4, PAD.top + 12); return; }
+  if (bHi < 0) { ctx.fillStyle = c.muted; ctx.fillText("no finite positive ratios in the histograms", PAD.left + 4, PAD.top + 12); return null; }
   bLo = Math.max(0, bLo - 1); bHi = Math.min(nb - 1, bHi + 1);
   const lo = Math.log10(d.edges[bLo]), hi = Math.log10(d.edges[bHi + 1]);
   const sy = logYAxis(ctx, lo, hi, width, height, c);
@@ -183,4 +183,22 @@ export function drawDensity(canvas: HTMLCanvasElement, d: Density, x0: number, x
     }
   }
   ctx.restore();
+  return { lo, hi };
+}
+
+/** log10 value at CSS y of a chart `height` tall whose y axis spans [lo, hi]. */
+export function log10AtY(y: number, lo: number, hi: number, height: number): number {
+  return lo + (1 - (y - PAD.top) / (height - PAD.top - PAD.bottom)) * (hi - lo);
+}
+
+/** The bucket k with edges[k] <= 10^v < edges[k+1], or -1 outside. */
+export function bucketOf(edges: number[], log10v: number): number {
+  const v = Math.pow(10, log10v);
+  if (!(v >= edges[0]) || !(v < edges[edges.length - 1])) return -1;
+  let lo = 0, hi = edges.length - 2;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (edges[mid] <= v) lo = mid; else hi = mid - 1;
+  }
+  return lo;
 }

@@ -82,3 +82,15 @@ test("detail charts: x to step, nearest logged step", () => {
   assert.equal(nearestIndex([0, 5, 10, 20], 99), 3);
   assert.equal(nearestIndex([], 1), -1);
 });
+
+import { bucketOf, log10AtY } from "../src/charts";
+test("density chart: y to log10, log10 to bucket", () => {
+  assert.equal(log10AtY(PAD.top, -5, -1, 160), -1);
+  assert.equal(log10AtY(160 - PAD.bottom, -5, -1, 160), -5);
+  const edges = [1e-4, 1e-3, 1e-2, 1e-1];
+  assert.equal(bucketOf(edges, -3.5), 0);
+  assert.equal(bucketOf(edges, -2.5), 1);
+  assert.equal(bucketOf(edges, -1.2), 2);
+  assert.equal(bucketOf(edges, -5), -1);
+  assert.equal(bucketOf(edges, 0), -1);
+});

@@ -19,6 +19,7 @@ RUN_A = "alpha/train"
 RUN_B = "beta/<i onmouseover=alert(2)>train"  # a run name that is HTML, too
 TAGS_A = ["model/dense/kernel", "model/dense/bias", "model/head/kernel", XSS_TAG, "model/odd/kernel"]
 TAGS_B = ["model/dense/kernel", "model/dense/bias", "model/head/kernel"]
+HISTOGRAM_ELEMENTS = 500  # elementwise ratios per histogram of model/dense/kernel in RUN_A
 
 
 def ratio_a(tag: str, step: int) -> float:
@@ -47,7 +48,7 @@ def write(logdir: str) -> None:
         for step in STEPS:
             for tag in TAGS_A:
                 wur_summary.scalar(tag, ratio_a(tag, step), step=step)
-            elementwise = 10.0 ** rng.normal(-3.0 + step / 150.0, 0.5, size=500)
+            elementwise = 10.0 ** rng.normal(-3.0 + step / 150.0, 0.5, size=HISTOGRAM_ELEMENTS)
             wur_summary.histogram("model/dense/kernel", elementwise, step=step)
             wur_summary.learning_rate(0.1 * 0.98 ** (step / 5), step=step)
     writer.close()

@@ -355,6 +355,13 @@ async function interact(page, f, want) {
     const point = config.exports[first.run][htag].find((p) => p[1] === step);
     check(point && text.includes(htag) && text.includes(expectedRatioText(point[2])) && text.includes("learning rate"), `detail chart readout: ${text}`);
   }
+  {
+    // the density: step, elements, the bucket under the pointer
+    const box = await detail.locator('[data-testid="wur-detail-histogram"]').boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    const text = await f.locator('[data-testid="wur-tooltip"]').innerText();
+    check(new RegExp(`step \\d+: ${config.histogram_elements} elements`).test(text) && /≤ \|Δw_i\|\/\|w_i\| </.test(text), `density readout: ${text}`);
+  }
   log("layer detail works");
 
   // flags: worst first, as the backend ranks them; a click scrolls to and highlights the row
