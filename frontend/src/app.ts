@@ -489,7 +489,9 @@ export class App {
           });
         } else {
           const tag = spec.name;
-          label = el("button", { type: "button", class: spec.group ? "wur-label wur-member" : "wur-label", title: tag, text: spec.group ? tag.slice(spec.group.length + 1) : tag, "data-testid": "wur-row-label", "data-tag": tag, tabindex: -1 });
+          // truncated at the start when too long (the end of a variable path says the most)
+          label = el("button", { type: "button", class: spec.group ? "wur-label wur-member" : "wur-label", title: tag, "data-testid": "wur-row-label", "data-tag": tag, tabindex: -1 },
+            el("span", { text: spec.group ? tag.slice(spec.group.length + 1) : tag }));
           if (this.selected?.run === run.run && this.selected.tag === tag) label.classList.add("wur-selected");
           label.addEventListener("click", () => void this.openDetail({ run: run.run, tag }, true));
         }

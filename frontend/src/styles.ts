@@ -77,8 +77,10 @@ button:disabled { color: var(--muted); cursor: default; }
   overflow: hidden; text-overflow: ellipsis; white-space: nowrap; color: var(--text); font-weight: 400;
   background: transparent; cursor: pointer; line-height: 1; height: var(--row-height); font-size: var(--row-font);
 }
+.wur-label { direction: rtl; }
+.wur-label > span { direction: ltr; unicode-bidi: isolate; }
 .wur-label:hover { background: var(--panel); }
-.wur-group-label { font-weight: 500; text-align: left; padding-left: 4px; }
+.wur-group-label { font-weight: 500; text-align: left; padding-left: 4px; direction: ltr; }
 .wur-member { color: var(--muted); }
 .wur-label.wur-highlighted, .wur-label.wur-selected { color: var(--highlight); font-weight: 500; }
 .wur-plot { position: relative; }
