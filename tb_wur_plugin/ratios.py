@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import tensorflow as tf

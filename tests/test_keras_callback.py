@@ -3,7 +3,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from helpers import (
     OPTIMIZERS,
