@@ -20,6 +20,7 @@
     color-scheme: dark;
   }
 html, body { margin: 0; height: 100%; }
+html { scrollbar-gutter: stable; } /* no reflow (and refetch) when the page grows a scrollbar */
 body {
   background: var(--bg); color: var(--text); overflow: auto;
   font: 13px/1.4 Roboto, "Helvetica Neue", Arial, system-ui, sans-serif;

@@ -80,8 +80,11 @@ function frame(page) {
   return page.frameLocator('iframe[src*="plugin_entry.html?name=wur"]');
 }
 
+const heatmapRequests = [];
+
 async function openTab(page) {
   const t0 = Date.now();
+  page.on("request", (r) => { if (r.url().includes("/data/plugin/wur/heatmap")) heatmapRequests.push(r.url()); });
   await page.goto(`${config.url}/#wur`);
   const f = frame(page);
   await f.locator('[data-testid="wur-ready"]').waitFor({ timeout: 60000 });
@@ -201,6 +204,8 @@ async function basic(page, f) {
     }
   }
   log(`${hovered} tooltips match the export`);
+  // settled: one heatmap request at load (no refetch when the page grows a scrollbar)
+  check(heatmapRequests.length === 1, `${heatmapRequests.length} heatmap requests while loading:\n  ${heatmapRequests.join("\n  ")}`);
 }
 
 async function interact(page, f, want) {
