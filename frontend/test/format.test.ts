@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseHeatmap } from "../src/codec";
 import { cellValueText, columnLabel, viewCsv, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
-import { sample } from "./codec.test";
+import { sample } from "./fixtures";
 
 test("ratios to 3 significant digits, specials in words", () => {
   assert.equal(formatRatio(0.000521), "0.000521");

@@ -1,0 +1,59 @@
+// Test fixtures: payloads laid out like tb_wur_plugin/heatmap.py `pack`.
+import { DEFAULT_CODES } from "../src/codec";
+
+/** Python's heatmap.encode_cells for a positive value, for the tests (exact decimal rounding). */
+export function encode(value: number): number {
+  const [m, e] = value.toExponential(2).split("e");
+  const mantissa = Math.round(parseFloat(m) * 100);
+  const k = parseInt(e, 10) - 2;
+  return 6 + (k + 42) * 900 + (mantissa - 100);
+}
+
+/** A payload laid out like heatmap.pack (uncompressed). */
+export function pack(header: Record<string, unknown>, arrays: Record<string, { dtype: string; data: number[] }>): Uint8Array {
+  const layout: Record<string, unknown> = {};
+  const chunks: Uint8Array[] = [];
+  let offset = 0;
+  for (const [name, { dtype, data }] of Object.entries(arrays)) {
+    let bytes: Uint8Array;
+    if (dtype === "uint16_planes") {
+      bytes = new Uint8Array(2 * data.length);
+      data.forEach((v, i) => { bytes[i] = v >> 8; bytes[data.length + i] = v & 255; });
+    } else if (dtype === "float64") {
+      bytes = new Uint8Array(new Float64Array(data).buffer);
+    } else {
+      bytes = new Uint8Array(new Uint32Array(data).buffer);
+    }
+    layout[name] = { dtype, offset, length: data.length };
+    const padded = new Uint8Array(Math.ceil(bytes.length / 8) * 8);
+    padded.set(bytes);
+    chunks.push(padded);
+    offset += padded.length;
+  }
+  let text = JSON.stringify({ ...header, arrays: layout });
+  while ((text.length + 8) % 8) text += " ";
+  const head = new TextEncoder().encode(text);
+  const out = new Uint8Array(8 + head.length + offset);
+  out.set([0x57, 0x55, 0x52, 0x31]);
+  new DataView(out.buffer).setUint32(4, head.length, true);
+  out.set(head, 8);
+  let at = 8 + head.length;
+  for (const c of chunks) { out.set(c, at); at += c.length; }
+  return out;
+}
+
+export function sample() {
+  // 2 layers x 3 columns; column 2 is a bin of steps 20..29 holding 2 logged steps
+  return pack(
+    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: DEFAULT_CODES,
+      runs: [{ run: "r<b>", tags: ["a/kernel", "<img src=x onerror=alert(1)>"], codes: "codes_0" }] },
+    {
+      column_start: { dtype: "float64", data: [0, 10, 20] },
+      column_first: { dtype: "float64", data: [0, 10, 20] },
+      column_last: { dtype: "float64", data: [0, 10, 25] },
+      column_count: { dtype: "uint32", data: [1, 1, 2] },
+      codes_0: { dtype: "uint16_planes", data: [encode(1.23e-3), 0, 1, 2, 3, encode(4.56e-5)] },
+    },
+  );
+}
+
