@@ -74,14 +74,22 @@ def _size(tensor: tf.Tensor) -> float:
 
 def _fused_exact_sums(before, after) -> tuple[tf.Tensor, tf.Tensor]:
     """float64 vectors Σw² and Σ(Δw)² of small variables, from one flat float64 copy of all."""
-    old = tf.concat([tf.reshape(tf.cast(t, tf.float64), [-1]) for t in before], 0)
-    new = tf.concat([tf.reshape(tf.cast(t, tf.float64), [-1]) for t in after], 0)
+    old, new = _flat_float64(before), _flat_float64(after)
     sizes = [_size(t) for t in before]
     segments = tf.constant(np.repeat(np.arange(len(sizes), dtype=np.int32), sizes))
     return (
         tf.math.segment_sum(tf.square(old), segments),
         tf.math.segment_sum(tf.square(new - old), segments),
     )
+
+
+def _flat_float64(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+    """All elements of `tensors`, concatenated, as float64 (one cast when the dtypes agree)."""
+    flat_shape = tf.constant([-1])
+    flat = [tf.reshape(t, flat_shape) for t in tensors]
+    if len({t.dtype for t in tensors}) == 1:
+        return tf.cast(tf.concat(flat, 0), tf.float64)
+    return tf.concat([tf.cast(t, tf.float64) for t in flat], 0)
 
 
 def _sums_one_by_one(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
@@ -155,7 +163,7 @@ def watched_variables(variables: Any) -> list[WatchedVariable]:
 
 def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
     """The current values of the watched variables (copied only when later overwritten)."""
-    return [w.variable.read_value() for w in watched]
+    return [w.variable.value() for w in watched]
 
 
 def record(
@@ -232,7 +240,7 @@ def _write_ratios(
     step: tf.Tensor,
     histograms: bool,
 ) -> tf.Tensor:
-    after = [v.read_value() for v in variables]
+    after = [v.value() for v in variables]
     stored = summary.to_stored_scalar(update_ratios(before, after))
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     with tf.summary.record_if(True):
