@@ -9,7 +9,7 @@ import {
 } from "./color";
 import { cellAt, drawHeatmap } from "./draw";
 import { compileFilter, el, runColorOf, safeFileName } from "./dom";
-import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines, viewCsv } from "./format";
+import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines, viewCsv, viewJson } from "./format";
 import { displayMatrix, groupName, layoutRows, RowSpec } from "./group";
 import { HostChannel } from "./protocol";
 import { CSS } from "./styles";
@@ -520,7 +520,8 @@ export class App {
         el("span", { class: "wur-spacer" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "csv"), download: `${safeFileName(run.run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run, as CSV" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "json"), download: `${safeFileName(run.run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run, as JSON" }),
-        this.button("CSV of view", () => this.exportView(block), { "data-testid": "wur-export-view", title: "The cells shown (filtered layers, zoomed range, binned columns), as CSV" }),
+        this.button("CSV of view", () => this.exportView(block, "csv"), { "data-testid": "wur-export-view", title: "The cells shown (filtered layers, zoomed range, binned columns), as CSV" }),
+        this.button("JSON of view", () => this.exportView(block, "json"), { "data-testid": "wur-export-view-json", title: "The cells shown (filtered layers, zoomed range, binned columns), as JSON" }),
         this.button("PNG", () => this.exportPng(block), { "data-testid": "wur-export-png", title: "This heatmap as a PNG image" }),
       );
       const body = n
@@ -894,11 +895,12 @@ export class App {
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
-  private exportView(block: Block): void {
+  private exportView(block: Block, format: "csv" | "json"): void {
     const h = this.heatmap;
     if (!h) return;
-    const csv = viewCsv(h, block.runIndex, block.shown);
-    this.download(new Blob([csv], { type: "text/csv" }), `${safeFileName(block.run)}-wur-view.csv`);
+    const text = format === "csv" ? viewCsv(h, block.runIndex, block.shown) : viewJson(h, block.runIndex, block.shown);
+    const type = format === "csv" ? "text/csv" : "application/json";
+    this.download(new Blob([text], { type }), `${safeFileName(block.run)}-wur-view.${format}`);
   }
 
   private exportPng(block: Block): void {

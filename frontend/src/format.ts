@@ -100,6 +100,29 @@ export function tooltipLines(h: Heatmap, runIndex: number, row: number, k: numbe
   return lines;
 }
 
+/** JSON of what a heatmap shows: the columns' step ranges and, per shown layer, its ratios
+ * as displayed (3 significant digits; "NaN", "Infinity" as TensorBoard writes them; null
+ * when not logged). */
+export function viewJson(h: Heatmap, runIndex: number, rows: ArrayLike<number>): string {
+  const run = h.runs[runIndex];
+  const columns = Array.from({ length: h.columns }, (_, k) => {
+    const [first, last] = columnRange(h, k);
+    return { first_step: first, last_step: last, logged_steps: h.columnCount[k] };
+  });
+  const layers: Record<string, (number | string | null)[]> = {};
+  for (let r = 0; r < rows.length; r++) {
+    const row = rows[r];
+    const values: (number | string | null)[] = [];
+    for (let k = 0; k < h.columns; k++) {
+      const code = run.codes[row * h.columns + k];
+      const kind = cellKind(code, h.codes);
+      values.push(kind === "missing" ? null : kind === "nan" ? "NaN" : kind === "inf" || kind === "huge" ? "Infinity" : kind === "zero" || kind === "tiny" ? 0 : Number(decodeCode(code, h.codes).toPrecision(3)));
+    }
+    layers[run.tags[row]] = values;
+  }
+  return JSON.stringify({ run: run.run, reduction: h.reduction, columns, layers });
+}
+
 /** CSV of what a heatmap shows: one line per shown (layer, column), ratios as displayed
  * (3 significant digits; nan, inf, 0; empty when not logged). */
 export function viewCsv(h: Heatmap, runIndex: number, rows: ArrayLike<number>): string {

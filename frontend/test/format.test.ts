@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseHeatmap } from "../src/codec";
-import { cellValueText, columnLabel, viewCsv, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
+import { cellValueText, columnLabel, viewCsv, viewJson, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
 import { sample } from "./fixtures";
 
 test("ratios to 3 significant digits, specials in words", () => {
@@ -69,6 +69,15 @@ test("CSV of the view: shown rows and columns, values as displayed", () => {
     "a/kernel,10,19,1,",
     "a/kernel,20,29,2,nan",
   ].join("\n") + "\n");
+});
+
+test("JSON of the view: shown rows and columns, values as displayed", () => {
+  const h = parseHeatmap(sample());
+  const view = JSON.parse(viewJson(h, 0, [1, 0]));
+  assert.deepEqual(view.columns[2], { first_step: 20, last_step: 29, logged_steps: 2 });
+  assert.deepEqual(Object.keys(view.layers), ["<img src=x onerror=alert(1)>", "a/kernel"]);
+  assert.deepEqual(view.layers["<img src=x onerror=alert(1)>"], ["Infinity", 0, 0.0000456]);
+  assert.deepEqual(view.layers["a/kernel"], [0.00123, null, "NaN"]);
 });
 
 import { nearestIndex, stepAtX, PAD } from "../src/charts";

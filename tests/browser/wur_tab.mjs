@@ -425,6 +425,13 @@ async function interact(page, f, want) {
     const point = config.exports[first.run][tag].find((p) => p[1] === step);
     check(line && line.endsWith(`,${Number(point[2]).toPrecision(3)}`), `view CSV line for ${tag} at ${step}: ${line}`);
   }
+  const viewJson = JSON.parse((await download("wur-export-view-json")).bytes.toString("utf8"));
+  check(viewJson.run === first.run && viewJson.columns.length === first.steps.length, `view JSON: ${viewJson.columns.length} columns`);
+  {
+    const [tag, k] = [first.tags[0], 4];
+    const point = config.exports[first.run][tag].find((p) => p[1] === first.steps[k]);
+    check(viewJson.layers[tag][k] === Number(Number(point[2]).toPrecision(3)), `view JSON value of ${tag} at ${first.steps[k]}: ${viewJson.layers[tag][k]}`);
+  }
   const png = await download("wur-export-png");
   check(png.bytes.subarray(1, 4).toString() === "PNG" && png.bytes.length > 2000, `PNG export: ${png.bytes.length} bytes`);
   check(png.name.endsWith(".png"), `PNG name ${png.name}`);
