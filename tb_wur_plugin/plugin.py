@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import functools
 import importlib.resources
 import io
 import json
@@ -418,8 +419,14 @@ def _context(request):
 
 
 def _content(series) -> dict | None:
+    return _parse_content(series.plugin_content)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_content(content: bytes) -> dict | None:
+    """Parsed once per distinct content: every request classifies and orders every series."""
     try:
-        return metadata.parse_plugin_content(series.plugin_content)
+        return metadata.parse_plugin_content(content)
     except ValueError as e:
         logger.warning("skipping a wur series: %s", e)
         return None

@@ -4,8 +4,8 @@ For one variable with values w before and w' after a step, Δw = w' − w and
 
     ratio = ‖Δw‖₂ / ‖w‖₂        (+inf if ‖w‖ = 0 < ‖Δw‖, 0 if both are 0, NaN if not finite)
 
-computed from sums of squares (see `update_ratios`). The elementwise ratios |Δw_i| / |w_i| follow the same
-conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
+computed from sums of squares (see `update_ratios`). The elementwise ratios |Δw_i| / |w_i|
+follow the same conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def update_ratios(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf
     """
     if not before:
         return tf.zeros([0], tf.float64)
-    small = [i for i, old in enumerate(before) if _size(old) <= FUSED_MAX_ELEMENTS]
-    large = [i for i in range(len(before)) if i not in set(small)]
+    small, large = [], []
+    for index, old in enumerate(before):
+        (small if _size(old) <= FUSED_MAX_ELEMENTS else large).append(index)
     parts, order = [], small + large
     if small:
         parts.append(_fused_exact_sums([before[i] for i in small], [after[i] for i in small]))
