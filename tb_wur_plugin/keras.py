@@ -19,9 +19,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     A step is the number of updates the optimizer has applied before it, so the logged steps
     are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs,
     reading `optimizer.iterations` only near logged steps: other steps cost an integer
-    comparison. A step the optimizer skips (a
-    `LossScaleOptimizer` step with non-finite gradients) writes nothing; the next update,
-    which has the same step number, is logged instead. The learning rate is written at each
+    comparison. A logged step that the optimizer skips (a `LossScaleOptimizer` step with
+    non-finite gradients) is written as ratios 0 with the skipped-step marker set; the retry,
+    which has the same step number, is not logged. The learning rate is written at each
     logged step when it can be read as a number. Variables are looked up at every logged
     step, so variables created later are logged from the next logged step on; a model that
     Keras builds during its first step has no weights to compare step 0 with (a warning says
@@ -94,9 +94,6 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return
         step, watched, before = self._pending
         self._pending = None
-        self._step_bound = self._read_step()
-        if self._step_bound == step:
-            return  # the optimizer skipped this update: the next one gets this step
         with self._writer.as_default():
             ratios.record(watched, before, step, self.histograms)
         self._next_logged = step + self.update_freq

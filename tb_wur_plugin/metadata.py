@@ -11,6 +11,10 @@ Series kinds (``kind`` in the plugin content, a JSON object):
   Its tag is ``histogram_tag(layer_tag)``.
 - ``learning_rate``: the optimizer's learning rate, a float32 scalar per step
   (``DATA_CLASS_SCALAR``), tag ``LEARNING_RATE_TAG``.
+- ``skipped_step``: written with the ratios at every step `watch` and the callback log, a
+  float32 scalar (``DATA_CLASS_SCALAR``), tag ``SKIPPED_STEP_TAG``: 1 when no watched
+  variable changed at that step (all ratios are 0: the optimizer skipped the update, as a
+  ``LossScaleOptimizer`` does on non-finite gradients), else 0.
 
 Scalars are float32 because TensorBoard's fast loader reads no other scalar type; a positive
 value below float32's range is stored as its smallest positive value, never as 0.
@@ -34,10 +38,12 @@ PROTOCOL_VERSION = 1
 KIND_RATIO = "ratio"
 KIND_HISTOGRAM = "histogram"
 KIND_LEARNING_RATE = "learning_rate"
-KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE)
+KIND_SKIPPED_STEP = "skipped_step"
+KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP)
 
 RESERVED_TAG_PREFIX = "_wur/"
 LEARNING_RATE_TAG = RESERVED_TAG_PREFIX + "learning_rate"
+SKIPPED_STEP_TAG = RESERVED_TAG_PREFIX + "skipped_step"
 _HISTOGRAM_TAG_PREFIX = RESERVED_TAG_PREFIX + "histogram/"
 
 # Histogram edges: 10**LOG10_MIN ... 10**LOG10_MAX, BINS_PER_DECADE bins per decade.

@@ -173,7 +173,8 @@ def record(
     step: Any,
     histograms: bool = False,
 ):
-    """Write the ratio (and histogram) of each watched variable's change since `before`.
+    """Write the ratio (and histogram) of each watched variable's change since `before`,
+    and the skipped-step marker (1 if no watched variable changed).
 
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
@@ -242,19 +243,26 @@ def _write_ratios(
     histograms: bool,
 ) -> tf.Tensor:
     after = [v.value() for v in variables]
-    stored = summary.to_stored_scalar(update_ratios(before, after))
+    ratios = update_ratios(before, after)
+    skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     with tf.summary.record_if(True):
         written = [
             summary.write_scalars(
-                list(tags),
-                stored,
+                [*tags, metadata.SKIPPED_STEP_TAG],
+                tf.concat([summary.to_stored_scalar(ratios), skipped], 0),
                 step,
                 [
+                    *(
+                        metadata.create_summary_metadata(
+                            metadata.KIND_RATIO, f"Weight-update ratio {about}", index
+                        )
+                        for index, about in enumerate(abouts)
+                    ),
                     metadata.create_summary_metadata(
-                        metadata.KIND_RATIO, f"Weight-update ratio {about}", index
-                    )
-                    for index, about in enumerate(abouts)
+                        metadata.KIND_SKIPPED_STEP,
+                        "1 where no watched variable changed (the optimizer skipped the step)",
+                    ),
                 ],
             )
         ]

@@ -53,7 +53,7 @@ def _logged(logdir):
 def _fit(model, x, y, logdir, every, epochs=2, batch_size=4, **callback_args):
     reference = ReferenceRatios(every)
     callback = WeightUpdateRatioCallback(logdir, update_freq=every, **callback_args)
-    model.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0,
+    model.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0, shuffle=False,
               callbacks=[reference, callback])
     return reference
 
@@ -102,7 +102,7 @@ def mixed_float16():
     keras.mixed_precision.set_global_policy("float32")
 
 
-def test_loss_scale_optimizer_logs_float32_weights_and_skips_skipped_steps(
+def test_loss_scale_optimizer_logs_float32_weights_and_marks_skipped_steps(
     logdir, mixed_float16
 ):
     keras.utils.set_random_seed(1)
@@ -111,16 +111,24 @@ def test_loss_scale_optimizer_logs_float32_weights_and_skips_skipped_steps(
     )
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
     model.compile(optimizer=optimizer, loss="mse")
-    x = np.random.default_rng(0).normal(size=(24, 4)).astype("float32")
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
     x[:4] = np.inf  # the first batch has non-finite gradients: the update is skipped
-    y = np.ones((24, 1), "float32")
+    x[12:16] = np.inf  # so is the fourth, at step 2 (a logged step)
+    y = np.ones((32, 1), "float32")
     reference = _fit(model, x, y, logdir, every=2, epochs=1)
-    assert reference.skipped[:1] == [0]
+    assert reference.skipped == [0, 2]
     assert all(v.dtype == "float32" for v in model.trainable_variables)
+    # Steps 0 and 2 are logged as skipped: ratio 0 for every variable and the marker set.
+    # Their retries (the next updates, again steps 0 and 2) are not logged; step 4 is.
+    events = read_events(os.path.join(logdir, "train"))
+    marker = {step: float(v) for step, v, _ in events[metadata.SKIPPED_STEP_TAG]}
+    assert marker == {0: 1.0, 2: 1.0, 4: 0.0}
     logged = _logged(logdir)
-    assert_ratios_close(logged, reference.expected, rtol=5e-7)
-    steps = sorted({step for _, step in logged})
-    assert steps[0] == 0 and all(np.isfinite(r) for (_, s), r in logged.items() if s > 0)
+    assert {step for _, step in logged} == {0, 2, 4}
+    assert all(r == 0 for (_, step), r in logged.items() if step < 4)
+    at_4 = {key: r for key, r in reference.expected.items() if key[1] == 4}
+    assert len(at_4) == len(model.trainable_variables)
+    assert_ratios_close({k: r for k, r in logged.items() if k[1] == 4}, at_4, rtol=5e-7)
 
 
 class LazyNet(keras.Model):
@@ -198,4 +206,4 @@ def test_iterations_are_read_only_around_logged_steps(logdir, monkeypatch):
     reference = _fit(model, x, y, logdir, every=8, epochs=2)  # 32 steps, logs 0, 8, 16, 24
     assert {step for _, step in _logged(logdir)} == {0, 8, 16, 24}
     assert_ratios_close(_logged(logdir), reference.expected, rtol=5e-7)
-    assert len(reads) == 1 + 2 * 4  # at train begin, and before and after each logged step
+    assert len(reads) == 1 + 4  # at train begin, and before each logged step

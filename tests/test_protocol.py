@@ -20,6 +20,7 @@ def test_edges_are_log10_spaced_and_fixed():
     [
         (metadata.KIND_RATIO, summary_pb2.DATA_CLASS_SCALAR),
         (metadata.KIND_LEARNING_RATE, summary_pb2.DATA_CLASS_SCALAR),
+        (metadata.KIND_SKIPPED_STEP, summary_pb2.DATA_CLASS_SCALAR),
         (metadata.KIND_HISTOGRAM, summary_pb2.DATA_CLASS_TENSOR),
     ],
 )

@@ -83,6 +83,33 @@ def test_zero_initialised_biases_start_at_inf(logdir):
     assert np.isfinite(logged[("head/bias", 1)])
 
 
+@pytest.mark.parametrize("use_function", [False, True], ids=["eager", "tf.function"])
+def test_watch_marks_steps_where_nothing_changed(logdir, use_function):
+    """A LossScaleOptimizer skips the update on non-finite gradients: ratios 0, marker 1."""
+    variables = [tf.Variable(np.ones((3, 2), np.float32)), tf.Variable(np.ones(2, np.float32))]
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+
+    def step(grads):
+        with wur_summary.watch(variables, step=optimizer.iterations):
+            optimizer.apply(grads, variables)
+
+    step_fn = tf.function(step) if use_function else step
+    finite = [tf.ones((3, 2)), tf.ones(2)]
+    with tf.summary.create_file_writer(logdir).as_default():
+        step_fn(finite)  # step 0: applied
+        step_fn([tf.fill((3, 2), np.inf), tf.ones(2)])  # step 1: skipped, iterations stays 1
+        step_fn(finite)  # step 1 again: applied
+    events = read_events(logdir)
+    marker = [(step, float(v)) for step, v, _ in events[metadata.SKIPPED_STEP_TAG]]
+    assert marker == [(0, 0.0), (1, 1.0), (1, 0.0)]
+    for points in ratio_series(logdir).values():
+        assert points[0] > 0  # the last point written at step 1 is the applied retry
+    logged = [
+        [float(v) for s, v, _ in events[tag]] for tag in events if not metadata.is_reserved_tag(tag)
+    ]
+    assert [ratios_of_tag[1] for ratios_of_tag in logged] == [0.0, 0.0]
+
+
 def test_watch_histograms_count_every_element(logdir):
     model, x, y = mixed_model_and_data()
     _train_with_watch(model, OPTIMIZERS["adam"](), x, y, logdir, 2, True, histograms=True)
