@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import summary_ops_v2
 
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
 from tb_wur_plugin import metadata
 
@@ -69,23 +69,54 @@ def write_scalars(tags: list[str], values: tf.Tensor, step: Any, metadatas: list
     `Summary` is the tags' constant prefixes joined with the values' four bytes each. It
     reads exactly as n scalar summaries (a test parses it with protobuf).
     """
-    check_default_writer_open(f"cannot write {len(tags)} scalars")
-    prefixes = tf.constant([_scalar_value_prefix(t, m) for t, m in zip(tags, metadatas)])
+    # TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
+    tensor_fields = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
+    values = tf.ensure_shape(tf.convert_to_tensor(values, tf.float32), [len(tags)])
+    return _write_rows(tags, values, step, metadatas, tensor_fields, 4)
+
+
+def write_tensors(tags: list[str], values: tf.Tensor, step: Any, metadatas: list) -> tf.Tensor:
+    """Write row `values[i]` (a tensor of static shape [n, ...]) under `tags[i]`, as one
+    event carrying all n tensors, each read back as `values[i]` (its bytes as
+    `tensor_content`, as `tf.summary.write` stores them)."""
+    if values.shape.rank is None or values.shape[0] != len(tags):
+        raise ValueError(f"values must have shape [{len(tags)}, ...], got {values.shape}")
+    row_shape = values.shape[1:]
+    if not row_shape.is_fully_defined():
+        raise ValueError(f"the rows of values must have a static shape, got {row_shape}")
+    row_bytes = row_shape.num_elements() * values.dtype.size
+    shape = tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=size) for size in row_shape.as_list()]
+    )
+    tensor_fields = tensor_pb2.TensorProto(
+        dtype=values.dtype.as_datatype_enum, tensor_shape=shape
+    ).SerializeToString() + b"\x22" + _varint(row_bytes)  # tensor_content (field 4)
+    return _write_rows(tags, values, step, metadatas, tensor_fields, row_bytes)
+
+
+def _write_rows(tags, values, step, metadatas, tensor_fields: bytes, row_bytes: int):
+    """One event: per tag, a constant `Summary.Value` prefix ending in `tensor_fields`, then
+    that row's `row_bytes` bytes, cut from the end of the serialized `values` (its data)."""
+    check_default_writer_open(f"cannot write {len(tags)} summaries")
+    prefixes = tf.constant([
+        _value_prefix(tag, meta, tensor_fields, row_bytes) for tag, meta in zip(tags, metadatas)
+    ])
     count = len(tags)
-    serialized = tf.io.serialize_tensor(tf.ensure_shape(values, [count]))  # ends with the data
-    positions = tf.strings.length(serialized) - 4 * count + 4 * tf.range(count)
-    floats = tf.strings.substr(serialized, positions, tf.fill([count], 4))
-    message = tf.strings.reduce_join(tf.strings.join([prefixes, floats]))
+    serialized = tf.io.serialize_tensor(values)  # ends with the data, row after row
+    positions = tf.strings.length(serialized) - row_bytes * (count - tf.range(count))
+    rows = tf.strings.substr(serialized, positions, tf.fill([count], row_bytes))
+    message = tf.strings.reduce_join(tf.strings.join([prefixes, rows]))
     return tf.summary.experimental.write_raw_pb(message, step=step)
 
 
-def _scalar_value_prefix(tag: str, summary_metadata) -> bytes:
-    """`Summary.value` entry (field 1) of a float32 scalar, without its four value bytes."""
+def _value_prefix(tag: str, summary_metadata, tensor_fields: bytes, data_bytes: int) -> bytes:
+    """`Summary.value` entry (field 1) with its `tensor` (field 8), without the data bytes
+    that end it."""
     head = summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata).SerializeToString()
-    # Value.tensor (field 8): TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}
-    tensor = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
-    value_length = len(head) + 2 + len(tensor) + 4
-    return b"\x0a" + _varint(value_length) + head + b"\x42" + bytes([len(tensor) + 4]) + tensor
+    tensor_length = len(tensor_fields) + data_bytes
+    tensor_header = b"\x42" + _varint(tensor_length)
+    value_length = len(head) + len(tensor_header) + tensor_length
+    return b"\x0a" + _varint(value_length) + head + tensor_header + tensor_fields
 
 
 def _varint(value: int) -> bytes:
@@ -111,25 +142,35 @@ def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:
     O(N) time and memory: one binary search over the fixed edges per element, then one
     bincount. Edges are compared in the data's precision (at least float32).
     """
-    values = tf.reshape(ratios, [-1])
+    return bucket_counts_by_row(tf.reshape(ratios, [1, -1]))[0]
+
+
+def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
+    """`bucket_counts` of each row of `ratios` (shape [k, ...]): int64[k, NUM_BUCKETS]."""
+    values = ratios
     if values.dtype not in (tf.float32, tf.float64):
         values = tf.cast(values, tf.float32)
+    rows = tf.shape(values)[0]
+    values = tf.reshape(values, [rows, tf.size(values) // tf.maximum(rows, 1)])
     edges = tf.constant(metadata.HISTOGRAM_EDGES, dtype=values.dtype)
     # 0 below the first edge, NUM_BINS + 1 at or above the last one.
-    position = tf.searchsorted(edges[tf.newaxis, :], values[tf.newaxis, :], side="right")
-    bucket = tf.reshape(position, [-1]) + metadata.UNDERFLOW_BUCKET
+    position = tf.searchsorted(edges[tf.newaxis, :], tf.reshape(values, [1, -1]), side="right")
+    bucket = tf.reshape(position, tf.shape(values)) + metadata.UNDERFLOW_BUCKET
     bucket = tf.where(
         values > 0,
         bucket,
         tf.where(values == 0, metadata.ZERO_BUCKET, metadata.NAN_BUCKET),
     )
     bucket = tf.where(values == np.inf, metadata.INF_BUCKET, bucket)
-    return tf.math.bincount(
+    counts = tf.math.bincount(
         bucket,
         minlength=metadata.NUM_BUCKETS,
         maxlength=metadata.NUM_BUCKETS,
         dtype=tf.int64,
+        axis=-1,
     )
+    counts.set_shape([ratios.shape[0], metadata.NUM_BUCKETS])
+    return counts
 
 
 def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):

@@ -11,6 +11,7 @@ from helpers import (
     mixed_model_and_data,
     ratio_series,
     read_events,
+    reference_buckets,
     reference_ratio,
 )
 from tb_wur_plugin import metadata, ratios, wur_summary
@@ -141,6 +142,34 @@ def test_update_ratios_special_values():
         2**-23 / np.sqrt(2), rel=1e-6
     )
     assert ratio(np.float16([3.0, 4.0]), np.float16([3.0, 4.5])) == pytest.approx(0.1)
+
+
+def test_update_ratios_keep_order_across_stacks_dtypes_and_large_variables():
+    rng = np.random.default_rng(3)
+    shapes = [(4, 3), (3,), (4, 3), (), (70_000,), (3,), (2, 2, 2), (4, 3)]
+    dtypes = [np.float32, np.float32, np.float64, np.float32, np.float32, np.float16,
+              np.float32, np.float32]
+    before = [rng.normal(size=s).astype(d) for s, d in zip(shapes, dtypes)]
+    after = [(b + rng.normal(size=b.shape) * 10.0 ** -rng.integers(1, 6)).astype(b.dtype)
+             for b in before]
+    got = ratios.update_ratios([tf.constant(b) for b in before], [tf.constant(a) for a in after])
+    expected = [reference_ratio(b, a) for b, a in zip(before, after)]
+    np.testing.assert_allclose(got.numpy(), expected, rtol=3e-7)
+
+
+def test_histogram_counts_keep_order_across_stacks_and_large_variables():
+    rng = np.random.default_rng(4)
+    shapes = [(4, 3), (70_000,), (3,), (4, 3), (3,)]
+    before = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    after = [b + (rng.normal(size=b.shape) * 1e-3).astype(np.float32) for b in before]
+    after[2] = before[2]  # nothing moved
+    counts = ratios.histogram_counts(
+        [tf.constant(b) for b in before], [tf.constant(a) for a in after]
+    ).numpy()
+    for b, a, got in zip(before, after, counts):
+        want = reference_buckets(np.abs(a.astype(np.float64) - b) / np.abs(b))
+        assert got.sum() == b.size
+        assert np.abs(got - want).sum() <= 2  # float32 vs float64 ratios at an edge
 
 
 def test_elementwise_ratios_conventions():

@@ -186,6 +186,36 @@ def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, w
         assert got.shape == () and (got == want or (np.isnan(got) and np.isnan(want)))
 
 
+def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
+    tags = ["_wur/histogram/a", "_wur/histogram/ü " + "x" * 300]
+    metas = [metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, t) for t in tags]
+    rows = tf.constant(np.arange(2 * metadata.NUM_BUCKETS).reshape(2, -1) * 10**12, tf.int64)
+    with writer.as_default(), tf.summary.record_if(True):
+        summary.write_tensors(tags, rows, 7, metas)
+    writer.flush()
+    import glob
+    from tensorboard.backend.event_processing import event_file_loader
+
+    (path,) = glob.glob(logdir + "/events*")
+    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value]
+    assert len(events) == 1 and events[0].step == 7
+    for value, tag, meta, want in zip(events[0].summary.value, tags, metas, rows.numpy()):
+        assert value.tag == tag and value.metadata == meta
+        np.testing.assert_array_equal(tf.make_ndarray(value.tensor), want)
+    with pytest.raises(ValueError, match="shape"):
+        summary.write_tensors(tags, rows[:1], 7, metas)
+
+
+def test_bucket_counts_by_row_equals_bucket_counts_of_each_row():
+    rng = np.random.default_rng(5)
+    rows = np.abs(rng.normal(size=(4, 30)) * 10.0 ** rng.integers(-12, 4, size=(4, 30)))
+    rows[0, :3] = [0.0, np.inf, np.nan]
+    by_row = summary.bucket_counts_by_row(tf.constant(rows, tf.float32)).numpy()
+    assert by_row.shape == (4, metadata.NUM_BUCKETS)
+    for row, counts in zip(rows, by_row):
+        np.testing.assert_array_equal(counts, reference_buckets(row))
+
+
 def test_static_recording_knows_constant_conditions_without_adding_ops(writer):
     assert summary.static_recording() is False  # no default writer
     with writer.as_default():
