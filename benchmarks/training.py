@@ -12,6 +12,7 @@ Workloads (CPU, float32, Adam, tf.function steps):
 
     python benchmarks/training.py               # the tables of benchmarks/RESULTS.md
     python benchmarks/training.py --smoke       # tiny sizes, seconds, for CI
+    python benchmarks/training.py --parts fit --rounds 30   # one part, more rounds
 """
 
 from __future__ import annotations
@@ -272,9 +273,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--workloads", default="M1,M2,M3")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--memory", action="store_true", help="only the peak memory part")
+    parser.add_argument("--parts", default="steps,memory,fit",
+                        help="comma-separated: steps (the workloads), memory, fit")
     args = parser.parse_args()
-    if args.memory:
+    parts = set(args.parts.split(","))
+    if parts - {"steps", "memory", "fit"}:
+        parser.error(f"unknown parts: {sorted(parts - {'steps', 'memory', 'fit'})}")
+    if parts == {"memory"} and os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") == "true":
         memory(args.smoke)
         return
     if args.smoke:
@@ -284,7 +289,7 @@ def main() -> None:
     logdir = tempfile.mkdtemp(prefix="wur-bench-")
     print(f"{tf.__version__=} {keras.__version__=} rounds={args.rounds} steps={args.steps}")
 
-    for name in args.workloads.split(","):
+    for name in args.workloads.split(",") if "steps" in parts else []:
         model, optimizer, x, y = make_workload(name, args.smoke)
         writer = tf.summary.create_file_writer(os.path.join(logdir, name))
         variants = Variants(model, optimizer, x, y, writer)
@@ -313,10 +318,12 @@ def main() -> None:
                 print(f"    {label:<40} {trace_seconds(make, steady):.2f}")
         writer.close()
 
-    # TensorFlow's CPU allocator reports its peak only as a BFC allocator, set at start-up
-    command = [sys.executable, __file__, "--memory"] + (["--smoke"] if args.smoke else [])
-    subprocess.run(command, env={**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}, check=True)
-
+    if "memory" in parts:
+        # TensorFlow's CPU allocator reports its peak only as a BFC allocator, set at start-up
+        command = [sys.executable, __file__, "--parts", "memory"] + (["--smoke"] if args.smoke else [])
+        subprocess.run(command, env={**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}, check=True)
+    if "fit" not in parts:
+        return
     print(f"\nmodel.fit epoch (M1 model, {'20' if args.smoke else '200'} steps) / without "
           f"callbacks, logging every {LOG_EVERY} steps")
     for variant, values in fit_epochs(args.smoke, args.rounds, logdir).items():
