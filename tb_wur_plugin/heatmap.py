@@ -39,10 +39,15 @@ class RunMatrix:
     steps: np.ndarray  # int64[S], sorted, distinct
     values: np.ndarray  # float64[L, S], NaN where not present
     present: np.ndarray  # bool[L, S]
+    # bool[S]: steps the optimizer skipped (the skipped-step marker was 1); None: none
+    skipped: np.ndarray | None = None
 
     @classmethod
-    def from_series(cls, series: list[tuple[str, np.ndarray, np.ndarray]]) -> "RunMatrix":
-        """From [(tag, steps, values)], in row order. Steps within a series must be distinct."""
+    def from_series(
+        cls, series: list[tuple[str, np.ndarray, np.ndarray]], skipped_steps=()
+    ) -> "RunMatrix":
+        """From [(tag, steps, values)], in row order. Steps within a series must be distinct.
+        `skipped_steps`: the steps marked skipped; those where no ratio was logged are dropped."""
         if not series:
             return cls((), np.zeros(0, np.int64), np.zeros((0, 0)), np.zeros((0, 0), bool))
         steps = np.unique(np.concatenate([s for _, s, _ in series]).astype(np.int64))
@@ -52,7 +57,13 @@ class RunMatrix:
             columns = np.searchsorted(steps, tag_steps)
             values[row, columns] = tag_values
             present[row, columns] = True
-        return cls(tuple(t for t, _, _ in series), steps, values, present)
+        skipped = np.isin(steps, np.asarray(skipped_steps, np.int64))
+        return cls(tuple(t for t, _, _ in series), steps, values, present, skipped)
+
+    @property
+    def skipped_mask(self) -> np.ndarray:
+        """bool[S]: `skipped`, all False when None."""
+        return self.skipped if self.skipped is not None else np.zeros(len(self.steps), bool)
 
     @functools.cached_property
     def classes(self) -> np.ndarray:
@@ -75,7 +86,10 @@ class RunMatrix:
     @property
     def nbytes(self) -> int:
         """Memory held, counting the derived arrays (computed on first use)."""
-        return self.steps.nbytes + self.values.nbytes * 2 + self.present.nbytes * 2
+        return (
+            self.steps.nbytes + self.values.nbytes * 2 + self.present.nbytes * 2
+            + self.skipped_mask.nbytes
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +123,13 @@ def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> C
     first[filled] = inside[limits[:-1][filled]]
     last[filled] = inside[limits[1:][filled] - 1]
     return Columns(bounds, end, first, last, count)
+
+
+def skipped_per_column(matrix: RunMatrix, columns: Columns) -> np.ndarray:
+    """uint32[C]: how many of each column's logged steps the optimizer skipped."""
+    skipped = matrix.steps[matrix.skipped_mask]
+    limits = np.searchsorted(skipped, np.append(columns.start, columns.end + 1))
+    return np.diff(limits).astype(np.uint32)
 
 
 def reduce_columns(
@@ -169,12 +190,16 @@ def flag_layers(matrix: RunMatrix, low: float, high: float) -> list[dict]:
     """The layers whose ratio left [low, high] at some logged step, worst first.
 
     Zero (nothing moved) counts as below the band. +inf (a zero weight that moved) and NaN
-    (not finite) are reported separately and are not out of band.
+    (not finite) are reported separately and are not out of band. Steps the optimizer
+    skipped (every ratio 0 by design) are not judged: `out_of_band_fraction` is over the
+    other logged steps, and `skipped_steps` counts them.
     """
     flagged = []
     v, p = matrix.values, matrix.present
+    skipped = p & matrix.skipped_mask
+    judged = p & ~skipped
     with np.errstate(invalid="ignore"):
-        finite = p & np.isfinite(v) & (v >= 0)
+        finite = judged & np.isfinite(v) & (v >= 0)
         below = finite & (v < low)
         above = finite & (v > high)
         broken = p & ~(v >= 0)
@@ -182,6 +207,7 @@ def flag_layers(matrix: RunMatrix, low: float, high: float) -> list[dict]:
     steps = matrix.steps
     for row, tag in enumerate(matrix.tags):
         logged = int(p[row].sum())
+        n_judged = int(judged[row].sum())
         out = below[row] | above[row]
         if not (out.any() or broken[row].any() or infinite[row].any()):
             continue
@@ -190,7 +216,8 @@ def flag_layers(matrix: RunMatrix, low: float, high: float) -> list[dict]:
             {
                 "tag": tag,
                 "logged_steps": logged,
-                "out_of_band_fraction": float(out.sum() / logged),
+                "skipped_steps": int(skipped[row].sum()),
+                "out_of_band_fraction": float(out.sum() / n_judged) if n_judged else 0.0,
                 "below_steps": int(below[row].sum()),
                 "above_steps": int(above[row].sum()),
                 "first_out_of_band_step": int(out_steps[0]) if len(out_steps) else None,

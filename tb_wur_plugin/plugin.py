@@ -12,6 +12,7 @@ import csv
 import functools
 import importlib.resources
 import io
+import itertools
 import json
 import logging
 import math
@@ -43,6 +44,20 @@ MAX_STEP = 2**62
 CACHE_BYTES = 1 << 30
 
 
+def _one_call_per_run(matrix_method):
+    """`WURPlugin._matrix`, one call at a time per run: of many requests that find a run's
+    matrix missing from the cache, one reads and computes it and the others then find it
+    cached, instead of each reading the whole run again (50 parallel clients on a cold
+    200-layer run: seconds, not tens of seconds; benchmarks/concurrency.py)."""
+
+    @functools.wraps(matrix_method)
+    def wrapper(self, ctx, experiment, run, *args, **kwargs):
+        with self._matrices.key_lock((experiment, run)):
+            return matrix_method(self, ctx, experiment, run, *args, **kwargs)
+
+    return wrapper
+
+
 class WURPlugin(base_plugin.TBPlugin):
     """The WUR tab. Enabled when the data provider lists wur summaries."""
 
@@ -55,7 +70,7 @@ class WURPlugin(base_plugin.TBPlugin):
         self._matrices = _MatrixCache(CACHE_BYTES)
 
     def get_plugin_apps(self):
-        return {
+        routes = {
             "/index.js": self._serve_index_js,
             "/runs": self._serve_runs,
             "/heatmap": self._serve_heatmap,
@@ -64,6 +79,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "/histograms": self._serve_histograms,
             "/export": self._serve_export,
         }
+        return {route: _read_only(app) for route, app in routes.items()}
 
     def is_active(self) -> bool:
         return False  # the data provider's plugin listing enables the tab
@@ -160,7 +176,7 @@ class WURPlugin(base_plugin.TBPlugin):
                 metadata.layer_of_histogram_tag(tag)
                 for tag in _of_kind(tensors.get(run, {}), metadata.KIND_HISTOGRAM)
             }
-            matrix = self._matrix(ctx, experiment, run, ratio_series)
+            matrix = self._matrix(ctx, experiment, run, ratio_series, _marker_of(series))
             layers = []
             for row, tag in enumerate(matrix.tags):
                 logged = np.flatnonzero(matrix.present[row])
@@ -181,6 +197,7 @@ class WURPlugin(base_plugin.TBPlugin):
                     "first_step": int(matrix.steps[0]) if len(matrix.steps) else None,
                     "last_step": int(matrix.steps[-1]) if len(matrix.steps) else None,
                     "has_learning_rate": metadata.LEARNING_RATE_TAG in series,
+                    "skipped_steps": int(matrix.skipped_mask.sum()),
                 }
             )
         return {"runs": runs}
@@ -199,7 +216,12 @@ class WURPlugin(base_plugin.TBPlugin):
         if len(set(runs)) != len(runs):
             raise errors.InvalidArgumentError("each run may be given only once")
         scalars = self._list_scalars(ctx, experiment, runs)
-        matrices = [self._matrix(ctx, experiment, run, self._ratios_of(scalars, run)) for run in runs]
+        matrices = [
+            self._matrix(
+                ctx, experiment, run, self._ratios_of(scalars, run), _marker_of(scalars.get(run, {}))
+            )
+            for run in runs
+        ]
         steps = np.unique(np.concatenate([m.steps for m in matrices]))
         if not len(steps):
             raise errors.NotFoundError("no wur ratios in the requested runs")
@@ -218,7 +240,15 @@ class WURPlugin(base_plugin.TBPlugin):
         for index, (run, matrix) in enumerate(zip(runs, matrices)):
             values, missing = heatmap.reduce_columns(matrix, cols, reduction)
             arrays[f"codes_{index}"] = heatmap.encode_cells(values, missing)
-            described.append({"run": run, "tags": list(matrix.tags), "codes": f"codes_{index}"})
+            arrays[f"skipped_{index}"] = heatmap.skipped_per_column(matrix, cols)
+            described.append(
+                {
+                    "run": run,
+                    "tags": list(matrix.tags),
+                    "codes": f"codes_{index}",
+                    "skipped": f"skipped_{index}",
+                }
+            )
         header = {
             "start": start,
             "end": end,
@@ -232,7 +262,9 @@ class WURPlugin(base_plugin.TBPlugin):
     def flags_impl(self, ctx, experiment: str, run: str, low: float, high: float) -> dict:
         """The layers of `run` whose ratio left [low, high], worst first."""
         scalars = self._list_scalars(ctx, experiment, [run])
-        matrix = self._matrix(ctx, experiment, run, self._ratios_of(scalars, run))
+        matrix = self._matrix(
+            ctx, experiment, run, self._ratios_of(scalars, run), _marker_of(scalars.get(run, {}))
+        )
         return {"run": run, "low": low, "high": high, "layers": heatmap.flag_layers(matrix, low, high)}
 
     def series_impl(self, ctx, experiment: str, run: str, tag: str) -> dict:
@@ -240,7 +272,7 @@ class WURPlugin(base_plugin.TBPlugin):
         scalars = self._list_scalars(ctx, experiment, [run])
         series = scalars.get(run, {}).get(tag)
         if series is None:
-            raise errors.NotFoundError(f"no wur series {tag!r} in run {run!r}")
+            raise errors.NotFoundError(f"no wur series {_shown(tag)} in run {_shown(run)}")
         points = self._read_scalars(ctx, experiment, run, [tag]).get(tag, [])
         return {
             "run": run,
@@ -258,7 +290,7 @@ class WURPlugin(base_plugin.TBPlugin):
         tensors = self._list_tensors(ctx, experiment, [run])
         series = tensors.get(run, {}).get(histogram_tag)
         if series is None or _kind(series) != metadata.KIND_HISTOGRAM:
-            raise errors.NotFoundError(f"no histograms of layer {tag!r} in run {run!r}")
+            raise errors.NotFoundError(f"no histograms of layer {_shown(tag)} in run {_shown(run)}")
         data = self._provider.read_tensors(
             ctx,
             experiment_id=experiment,
@@ -269,7 +301,7 @@ class WURPlugin(base_plugin.TBPlugin):
         points = sorted(data.get(run, {}).get(histogram_tag, []), key=lambda p: p.step)
         counts = [p.numpy.astype(np.int64).tolist() for p in points]
         if any(len(c) != metadata.NUM_BUCKETS for c in counts):
-            raise errors.NotFoundError(f"histograms of {tag!r} in run {run!r} are malformed")
+            raise errors.NotFoundError(f"histograms of {_shown(tag)} in run {_shown(run)} are malformed")
         return {
             "run": run,
             "tag": tag,
@@ -290,8 +322,10 @@ class WURPlugin(base_plugin.TBPlugin):
     def export_impl(self, ctx, experiment: str, run: str, export_format: str) -> Iterator[str]:
         """Every kept step of every ratio tag of `run`, as CSV or JSON text chunks.
 
-        The run is checked before the first chunk; then the tags are read one at a time,
-        so no more than one tag's points are held at once.
+        The run is checked, and its first tag read, before the first chunk; then the tags
+        are read one at a time, so no more than one tag's points are held at once. A tag that
+        is gone when its turn comes (the run was deleted meanwhile) aborts the stream with an
+        error: the client sees a failed transfer, never a silently incomplete export.
         """
         scalars = self._list_scalars(ctx, experiment, [run])
         ratio_series = self._ratios_of(scalars, run)
@@ -299,12 +333,18 @@ class WURPlugin(base_plugin.TBPlugin):
 
         def points_by_tag():
             for tag in tags:
-                points = self._read_scalars(ctx, experiment, run, [tag]).get(tag, [])
+                points = self._read_scalars(ctx, experiment, run, [tag]).get(tag)
+                if points is None:
+                    raise errors.NotFoundError(
+                        f"run {_shown(run)} was removed during its export; export aborted"
+                    )
                 yield tag, sorted(points, key=lambda p: p.step)
 
+        pairs = points_by_tag()
+        pairs = itertools.chain([next(pairs)], pairs)  # a run gone by now: a clean 404
         if export_format == "csv":
-            return _csv_chunks(points_by_tag())
-        return _json_chunks(points_by_tag())
+            return _csv_chunks(pairs)
+        return _json_chunks(pairs)
 
     # --- data access --------------------------------------------------------------------
 
@@ -338,22 +378,27 @@ class WURPlugin(base_plugin.TBPlugin):
     def _ratios_of(scalars, run: str) -> dict[str, Any]:
         ratio_series = _of_kind(scalars.get(run, {}), metadata.KIND_RATIO)
         if not ratio_series:
-            raise errors.NotFoundError(f"no wur ratios in run {run!r}")
+            raise errors.NotFoundError(f"no wur ratios in run {_shown(run)}")
         return ratio_series
 
-    def _matrix(self, ctx, experiment, run, ratio_series) -> heatmap.RunMatrix:
-        """The run's ratios as a matrix in model order, cached until the run's data changes."""
+    @_one_call_per_run
+    def _matrix(self, ctx, experiment, run, ratio_series, marker=None) -> heatmap.RunMatrix:
+        """The run's ratios as a matrix in model order, with the steps its skipped-step
+        `marker` series (None: the run has none) marks; cached until the run's data changes.
+
+        The marker is read with the ratios, so the same steps survive sampling."""
         signature = tuple(
             sorted((tag, s.max_step, s.max_wall_time) for tag, s in ratio_series.items())
-        )
+        ) + ((marker.max_step, marker.max_wall_time) if marker is not None else (None,))
         key = (experiment, run)
         cached = self._matrices.get(key, signature)
         if cached is not None:
             return cached
-        data = self._read_scalars(ctx, experiment, run, list(ratio_series)) if ratio_series else {}
-        series, first_wall_time = [], {}
+        tags = list(ratio_series) + ([metadata.SKIPPED_STEP_TAG] if marker is not None else [])
+        data = self._read_scalars(ctx, experiment, run, tags) if ratio_series else {}
+        series, first_wall_time, skipped_steps = [], {}, ()
         for tag, points in data.items():
-            if points:
+            if points and tag in ratio_series:
                 first_wall_time[tag] = min(points, key=lambda p: (p.step, p.wall_time)).wall_time
             steps = np.fromiter((p.step for p in points), np.int64, len(points))
             values = np.fromiter((p.value for p in points), np.float64, len(points))
@@ -361,13 +406,15 @@ class WURPlugin(base_plugin.TBPlugin):
             order = np.argsort(steps, kind="stable")[::-1]
             steps, first = np.unique(steps[order], return_index=True)
             values = values[order][first]
-            if len(steps):
+            if tag not in ratio_series:
+                skipped_steps = steps[values >= 0.5]  # the marker: 1 skipped, 0 applied
+            elif len(steps):
                 series.append((tag, steps, values))
         # model order: first step, then the index watch wrote, then the first write's time
         series.sort(
             key=lambda s: (s[1][0], _index(ratio_series[s[0]]), first_wall_time[s[0]], s[0])
         )
-        matrix = heatmap.RunMatrix.from_series(series)
+        matrix = heatmap.RunMatrix.from_series(series, skipped_steps)
         self._matrices.put(key, signature, matrix)
         return matrix
 
@@ -392,6 +439,12 @@ class _MatrixCache:
         self._max_bytes = max_bytes
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._key_locks: dict = collections.defaultdict(threading.Lock)
+
+    def key_lock(self, key) -> threading.Lock:
+        """A lock of its own for `key` (one per run seen: a few hundred bytes each)."""
+        with self._lock:
+            return self._key_locks[key]
 
     def get(self, key, signature) -> heatmap.RunMatrix | None:
         with self._lock:
@@ -412,6 +465,27 @@ class _MatrixCache:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+class _MethodNotAllowedError(errors.PublicError):
+    http_code = 405
+
+    def __init__(self, method: str):
+        super().__init__(f"Method not allowed: {_shown(method, 40)}; the wur routes answer GET and HEAD")
+        self.headers.append(("Allow", "GET, HEAD"))
+
+
+def _read_only(app):
+    """`app`, answering 405 to any method but GET and HEAD."""
+
+    @functools.wraps(app)
+    def wrapper(environ, start_response):
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            raise _MethodNotAllowedError(method)
+        return app(environ, start_response)
+
+    return wrapper
 
 
 def _context(request):
@@ -447,6 +521,18 @@ def _of_kind(series_by_tag: dict[str, Any], kind: str) -> dict[str, Any]:
     return {tag: s for tag, s in series_by_tag.items() if _kind(s) == kind}
 
 
+def _marker_of(series_by_tag: dict[str, Any]):
+    """The run's skipped-step marker series, or None."""
+    series = series_by_tag.get(metadata.SKIPPED_STEP_TAG)
+    return series if series is not None and _kind(series) == metadata.KIND_SKIPPED_STEP else None
+
+
+def _shown(name: str, limit: int = 100) -> str:
+    """`name` for an error message: quoted and escaped (one line), at most `limit` characters."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _str_arg(request, name: str) -> str:
     values = request.args.getlist(name)
     if not values:
@@ -465,7 +551,9 @@ def _int_arg(request, name: str, default, low=-(2**63), high=2**63 - 1):
     except ValueError:
         raise errors.InvalidArgumentError(f"parameter {name} must be an integer, got {text!r:.40}") from None
     if not low <= value <= high:
-        raise errors.InvalidArgumentError(f"parameter {name} must be in [{low}, {high}], got {value}")
+        raise errors.InvalidArgumentError(
+            f"parameter {name} must be in [{low}, {high}], got {_shown(text, 40)}"
+        )
     return value
 
 

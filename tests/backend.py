@@ -13,15 +13,16 @@ from tb_wur_plugin import heatmap, metadata, plugin
 
 
 class Backend:
-    def __init__(self, logdir: str):
+    def __init__(self, logdir: str, samples: int = 0):
+        """`samples`: steps kept per tag (as --samples_per_plugin=wur=N), 0 for all."""
         multiplexer = plugin_event_multiplexer.EventMultiplexer(
-            tensor_size_guidance={metadata.PLUGIN_NAME: 0}
+            tensor_size_guidance={metadata.PLUGIN_NAME: samples}
         )
         multiplexer.AddRunsFromDirectory(logdir)
         multiplexer.Reload()
         provider = data_provider.MultiplexerDataProvider(multiplexer, logdir)
         context = base_plugin.TBContext(
-            logdir=logdir, data_provider=provider, sampling_hints={metadata.PLUGIN_NAME: 0}
+            logdir=logdir, data_provider=provider, sampling_hints={metadata.PLUGIN_NAME: samples}
         )
         self.plugin = plugin.WURPlugin(context)
         app = application.TensorBoardWSGI([self.plugin], data_provider=provider)

@@ -9,8 +9,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from backend import Backend
 from tb_wur_plugin import heatmap, metadata, wur_summary
@@ -252,29 +250,126 @@ def test_index_js_is_served_as_a_module(backend):
     assert response.headers["Content-Type"].startswith("text/javascript")
 
 
-_VALUES = st.one_of(
-    st.sampled_from(["alpha", "grown", "special", "net/first/kernel", "odd/kernel",
-                     metadata.LEARNING_RATE_TAG, "csv", "json", "max", "last", "mean_log10",
-                     "0", "-1", "1e3", "nan", "inf", "-inf", "99999999999999999999999",
-                     "", " ", "%00", "../../etc/passwd", "\u202e\u0000", "1.5"]),
-    st.text(max_size=30),
-    st.integers(-(2**70), 2**70).map(str),
-)
-_PARAMS = st.dictionaries(
-    st.sampled_from(["run", "tag", "columns", "start", "end", "reduction", "low", "high",
-                     "format", "other"]),
-    st.one_of(_VALUES, st.lists(_VALUES, min_size=1, max_size=3)),
-    max_size=6,
-)
+# Random and malformed requests to every route: test_fuzz.py (10,000 of them).
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(route=st.sampled_from(["runs", "heatmap", "flags", "series", "histograms", "export"]),
-       params=_PARAMS)
-def test_no_request_gets_a_server_error(backend, route, params):
-    response = backend.get(route, **params)
-    body = response.get_data()  # consumes a streamed export too
-    assert response.status_code in (200, 400, 404), (route, params, body[:300])
-    assert b"Traceback" not in body
-    if response.status_code != 200:
-        assert body.strip() and b"\n" not in body.strip()  # a one-line reason
+# --- skipped steps ------------------------------------------------------------------------
+
+SKIPPED = (2, 5)  # steps whose gradients are not finite: the loss scaler skips the update
+
+
+def _write_skipping_runs(logdir):
+    """skipping: watch around a LossScaleOptimizer, 8 steps counted by the loop (so a skipped
+    step keeps its number), non-finite gradients at SKIPPED. retried: the step is
+    `optimizer.iterations`, so the retry of a skipped step is written at the same step.
+    plain: ratios written by hand, no marker."""
+    for run in ("skipping", "retried"):
+        variables = [
+            tf.Variable(np.ones((3, 2), np.float32), name="net/w"),
+            tf.Variable(np.full(2, 0.5, np.float32), name="net/b"),
+        ]
+        optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+        writer = tf.summary.create_file_writer(f"{logdir}/{run}")
+        with writer.as_default():
+            for count in range(8):
+                bad = count in SKIPPED
+                grads = [tf.fill((3, 2), np.inf) if bad else tf.ones((3, 2)), tf.ones(2)]
+                step = count if run == "skipping" else optimizer.iterations
+                with wur_summary.watch(variables, step=step):
+                    optimizer.apply([optimizer.scale_loss(g) for g in grads], variables)
+        writer.close()
+    writer = tf.summary.create_file_writer(f"{logdir}/plain")
+    with writer.as_default():
+        for step in range(4):
+            wur_summary.scalar("net/w", 0.0 if step == 1 else 1e-3, step=step)
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def skipping(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("skipping"))
+    _write_skipping_runs(logdir)
+    return Backend(logdir)
+
+
+def test_runs_count_the_skipped_steps(skipping):
+    runs = {r["run"]: r for r in skipping.json("runs")["runs"]}
+    assert [l["tag"] for l in runs["skipping"]["layers"]] == ["net/w", "net/b"]
+    assert runs["skipping"]["skipped_steps"] == len(SKIPPED)
+    # the retry, written last at the same step, is what the tab shows: nothing skipped
+    assert runs["retried"]["skipped_steps"] == 0 and runs["retried"]["last_step"] == 5
+    assert runs["plain"]["skipped_steps"] == 0  # no marker: a zero ratio is just a zero
+
+
+def test_heatmap_counts_the_skipped_steps_of_each_column(skipping):
+    header, arrays = skipping.heatmap(run=["skipping", "plain"])
+    skipping_run, plain_run = header["runs"]
+    skipped = arrays[skipping_run["skipped"]]
+    assert skipped.dtype == np.uint32
+    assert list(skipped) == [int(step in SKIPPED) for step in range(8)]
+    assert list(arrays[plain_run["skipped"]]) == [0] * 8
+    codes = arrays[skipping_run["codes"]].reshape(2, 8)
+    # the skipped steps hold ratio 0 in every layer; the others move by the learning rate
+    for step in range(8):
+        if step in SKIPPED:
+            assert list(codes[:, step]) == [heatmap.CODE_ZERO] * 2
+        else:
+            assert heatmap.decode_cells(codes[:, step]) == pytest.approx([1e-3, 2e-3], rel=0.02)
+    # binned: steps 0-2, 3-5, 6-7
+    header, arrays = skipping.heatmap(run="skipping", columns=3)
+    assert list(arrays["column_count"]) == [3, 3, 2]
+    assert list(arrays[header["runs"][0]["skipped"]]) == [1, 1, 0]
+    # zoomed: only the skipped steps inside the range
+    header, arrays = skipping.heatmap(run="skipping", start=3, end=7)
+    assert list(arrays[header["runs"][0]["skipped"]]) == [0, 0, 1, 0, 0]
+    header, arrays = skipping.heatmap(run="retried")
+    assert not arrays[header["runs"][0]["skipped"]].any()
+
+
+def test_skipped_steps_are_not_judged_stalled(skipping):
+    # every ratio is in the default band except at the skipped steps, where all are 0
+    assert skipping.json("flags", run="skipping")["layers"] == []
+    # a zero of a step that was not marked skipped still counts as below the band
+    (plain,) = skipping.json("flags", run="plain")["layers"]
+    assert (plain["below_steps"], plain["skipped_steps"]) == (1, 0)
+    assert plain["first_out_of_band_step"] == 1
+    # a band that w (1e-3) leaves: judged over the 6 applied updates
+    narrow = {f["tag"]: f for f in skipping.json("flags", run="skipping", low="1.5e-3")["layers"]}
+    assert list(narrow) == ["net/w"]
+    w = narrow["net/w"]
+    assert (w["logged_steps"], w["skipped_steps"], w["below_steps"]) == (8, 2, 6)
+    assert w["out_of_band_fraction"] == 1.0
+    assert w["first_out_of_band_step"] == 0 and w["last_out_of_band_step"] == 7
+
+
+def test_series_of_the_skipped_step_marker(skipping):
+    series = skipping.json("series", run="skipping", tag=metadata.SKIPPED_STEP_TAG)
+    assert series["kind"] == metadata.KIND_SKIPPED_STEP
+    assert series["steps"] == list(range(8))
+    assert series["values"] == [float(step in SKIPPED) for step in range(8)]
+    exported = json.loads(skipping.get("export", run="skipping", format="json").get_data())
+    assert set(exported) == {"net/w", "net/b"}  # the marker is not a ratio
+
+
+def test_skipped_steps_survive_sampling_with_the_ratios(tmp_path):
+    """Kept to 10 steps per tag (the Python loader's reservoir): the marker keeps the same
+    steps as the ratios, so every kept skipped step is still marked."""
+    variables = [tf.Variable(np.ones(4, np.float32), name="net/w")]
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+    writer = tf.summary.create_file_writer(str(tmp_path / "long"))
+    with writer.as_default():
+        for step in range(200):
+            grad = tf.fill((4,), np.inf) if step % 3 == 0 else tf.ones(4)
+            with wur_summary.watch(variables, step=step):
+                optimizer.apply([optimizer.scale_loss(grad)], variables)
+    writer.close()
+    sampled = Backend(str(tmp_path), samples=10)
+    assert sampled.json("runs")["runs"][0]["layers"][0]["logged_steps"] == 10
+    header, arrays = sampled.heatmap(run="long")
+    steps = arrays["column_first"].astype(int)
+    assert len(steps) == 10 and steps[-1] == 199  # the reservoir keeps the last step
+    skipped = list(arrays[header["runs"][0]["skipped"]])
+    assert skipped == [int(step % 3 == 0) for step in steps]
+    assert any(skipped) and not all(skipped)
+    codes = arrays[header["runs"][0]["codes"]]
+    assert [code == heatmap.CODE_ZERO for code in codes] == [bool(s) for s in skipped]

@@ -132,6 +132,9 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
             flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]]
         assert wur_data.XSS_TAG in exports[wur_data.RUN_A]
+        assert [r["skipped_steps"] for r in runs["runs"]] == [1, 0]
+        # the zeros of the skipped step do not make an in-band layer look stalled
+        assert "model/dense/kernel" not in flags[wur_data.RUN_A]
         config = {
             "url": server.url, "mode": "data", "label": label, "artifacts": str(ARTIFACTS),
             "runs": _expected_runs(), "exports": exports, "flags": flags,
@@ -140,12 +143,14 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             "dpr": 2 if load_fast else 1,  # high-DPI in one loader
             "group": {"name": "model/dense", "members": ["model/dense/kernel", "model/dense/bias"],
                       "worst": "model/dense/bias"},
+            "skipped": {"run": wur_data.RUN_A, "step": wur_data.SKIPPED_STEP},
         }
         output = _browser(config, tmp_path)
         assert "Traceback" not in server.output()
     for part in ("tooltips match the export", "layer filter works", "run toggle works",
                  "zoom works and survives reloads", "layer detail works", "flags work",
-                 "export works", "keyboard navigation works", "grouping by layer works"):
+                 "export works", "keyboard navigation works", "grouping by layer works",
+                 "tag and run names are text", "skipped steps are marked"):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000

@@ -113,3 +113,35 @@ def test_pack_round_trips_arrays_and_header():
     for name, array in arrays.items():
         np.testing.assert_array_equal(unpacked[name], array)
         assert unpacked[name].dtype == array.dtype
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
+    rng = np.random.default_rng(seed)
+    series = _random_matrix(rng)
+    steps = np.unique(np.concatenate([s for _, s, _ in series]))
+    skipped = np.sort(rng.choice(steps, size=len(steps) // 5, replace=False))
+    # as the writer guarantees: every ratio of a skipped step is 0
+    series = [(tag, s, np.where(np.isin(s, skipped), 0.0, v)) for tag, s, v in series]
+    matrix = heatmap.RunMatrix.from_series(series, np.append(skipped, 10**6))  # unlogged: dropped
+    assert matrix.skipped_mask.sum() == len(skipped)
+    columns = heatmap.make_columns(matrix.steps, 0, int(steps[-1]), int(rng.integers(1, 60)))
+    counts = heatmap.skipped_per_column(matrix, columns)
+    bounds = list(columns.start) + [columns.end + 1]
+    want = [sum(bounds[k] <= s < bounds[k + 1] for s in skipped) for k in range(len(counts))]
+    assert list(counts) == want
+    # the flags are those of the run without its skipped steps, plus how many were skipped
+    kept = [(tag, s[~np.isin(s, skipped)], v[~np.isin(s, skipped)]) for tag, s, v in series]
+    without = heatmap.flag_layers(heatmap.RunMatrix.from_series(kept), 1e-4, 1e-2)
+    without = {f["tag"]: f for f in without}
+    flagged = heatmap.flag_layers(matrix, 1e-4, 1e-2)
+    assert [f["tag"] for f in flagged] == list(without)
+    for f in flagged:
+        tag_steps = {t: s for t, s, _ in series}[f["tag"]]
+        assert f["skipped_steps"] == int(np.isin(tag_steps, skipped).sum())
+        assert f["logged_steps"] == len(tag_steps)
+        other = without[f["tag"]]
+        assert other["skipped_steps"] == 0
+        for key in f:
+            if key not in ("logged_steps", "skipped_steps"):
+                assert f[key] == other[key], (key, f, other)

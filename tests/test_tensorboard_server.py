@@ -87,3 +87,33 @@ def test_an_explicit_samples_flag_wins(long_logdir, load_fast):
             lambda d: d["runs"] and d["runs"][0]["layers"], "/data/plugin/wur/runs"
         )
         assert runs["runs"][0]["layers"][0]["logged_steps"] == 50
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_skipped_steps_survive_sampling_with_the_ratios(tmp_path, load_fast):
+    """watch around a LossScaleOptimizer that skips every third step, 10 steps kept per tag:
+    every kept step that was skipped is marked in the heatmap, and only those."""
+    import keras
+
+    variables = [tf.Variable(np.ones(4, np.float32), name="net/w")]
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
+    writer = tf.summary.create_file_writer(str(tmp_path / "skips"))
+    with writer.as_default():
+        for step in range(150):
+            grad = tf.fill((4,), np.inf) if step % 3 == 0 else tf.ones(4)
+            with wur_summary.watch(variables, step=step):
+                optimizer.apply([optimizer.scale_loss(grad)], variables)
+    writer.close()
+    with TensorBoardServer(str(tmp_path), load_fast, ("--samples_per_plugin=wur=10",)) as server:
+        runs = server.wait_for(
+            lambda d: d["runs"] and d["runs"][0]["last_step"] == 149, "/data/plugin/wur/runs"
+        )
+        assert runs["runs"][0]["layers"][0]["logged_steps"] == 10
+        header, arrays = heatmap.unpack(server.get("/data/plugin/wur/heatmap?run=skips")[2])
+    steps = arrays["column_first"].astype(int)
+    skipped = list(arrays[header["runs"][0]["skipped"]])
+    assert len(steps) == 10 and skipped == [int(step % 3 == 0) for step in steps]
+    assert any(skipped) and not all(skipped)
+    assert runs["runs"][0]["skipped_steps"] == sum(skipped)
+    codes = arrays[header["runs"][0]["codes"]]
+    assert [code == heatmap.CODE_ZERO for code in codes] == [bool(s) for s in skipped]

@@ -14,11 +14,15 @@ export interface RunInfo {
   first_step: number | null;
   last_step: number | null;
   has_learning_rate: boolean;
+  /** kept logged steps the optimizer skipped (the marker _wur/skipped_step is 1) */
+  skipped_steps?: number;
   layers: LayerInfo[];
 }
 export interface FlagInfo {
   tag: string;
   logged_steps: number;
+  /** logged steps the optimizer skipped: not judged */
+  skipped_steps?: number;
   out_of_band_fraction: number;
   below_steps: number;
   above_steps: number;

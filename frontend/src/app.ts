@@ -7,9 +7,9 @@ import {
   Band, codeColorTable, codeExtent, colorDomain, DEFAULT_BAND, Domain, domainPosition,
   RAMP_SIZE, SPECIAL_MEANING, Special, specialColors, Theme, unpackRGBA, viridisRamp,
 } from "./color";
-import { cellAt, drawHeatmap } from "./draw";
+import { cellAt, drawHeatmap, drawMarks, markAt, markSpans } from "./draw";
 import { compileFilter, el, runColorOf, safeFileName } from "./dom";
-import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines, viewCsv, viewJson } from "./format";
+import { decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, markedSteps, skippedLines, stepTicks, tooltipLines, viewCsv, viewJson } from "./format";
 import { displayMatrix, groupName, layoutRows, RowSpec } from "./group";
 import { HostChannel } from "./protocol";
 import { CSS } from "./styles";
@@ -19,6 +19,9 @@ const REDUCTIONS: [string, string][] = [
 ];
 const LABEL_WIDTH = 220;
 const MAX_FLAGS_SHOWN = 200;
+const MARKS_HEIGHT = 7; // the strip of skipped-step marks above a heatmap, CSS px
+const MARK_MIN_WIDTH = 3;
+const SKIPPED_MEANING = "skipped step (mark above the heatmap): the optimizer applied no update, its ratios are 0";
 
 interface Zoom { start: number; end: number }
 interface RowRef { run: string; tag: string }
@@ -36,6 +39,7 @@ interface Block {
   cursor: HTMLElement;
   rowHeight: number;
   width: number;
+  marks: HTMLCanvasElement | null; // the skipped-step marks, when the run has skipped steps
 }
 
 export class App {
@@ -303,9 +307,11 @@ export class App {
       const parts: string[] = [];
       if (f.nan_steps) parts.push(`NaN at ${f.nan_steps} step${f.nan_steps === 1 ? "" : "s"} since step ${formatStep(f.first_nan_step ?? NaN)}`);
       if (f.inf_steps) parts.push(`+inf at ${f.inf_steps} since step ${formatStep(f.first_inf_step ?? NaN)}`);
+      const skipped = f.skipped_steps ?? 0;
       if (f.first_out_of_band_step !== null) {
-        parts.push(`${Math.round(f.out_of_band_fraction * 100)}% of ${f.logged_steps} steps out (${f.above_steps} above, ${f.below_steps} below), since step ${formatStep(f.first_out_of_band_step)}`);
+        parts.push(`${Math.round(f.out_of_band_fraction * 100)}% of ${f.logged_steps - skipped} steps out (${f.above_steps} above, ${f.below_steps} below), since step ${formatStep(f.first_out_of_band_step)}`);
       }
+      if (skipped) parts.push(`${skipped} skipped step${skipped === 1 ? "" : "s"} not judged`);
       const b = el("button", { type: "button", "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, title: `Show ${f.tag} in ${f.run}` },
         el("div", { class: "wur-flag-tag", text: f.tag }),
         el("div", { class: "wur-flag-meta", text: this.selectedRuns().length > 1 ? `run ${f.run}` : "" }),
@@ -464,9 +470,13 @@ export class App {
       const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, Math.log10(this.band.target), h.codes) : null;
       const n = specs.length;
       const rowHeight = n > 120 ? 8 : n > 60 ? 12 : 18;
+      const skippedColumns: number[] = [];
+      run.skipped.forEach((count, k) => { if (count) skippedColumns.push(k); });
+      const info = this.runs.find((r) => r.run === run.run);
       const canvas = el("canvas", {
         "data-testid": "wur-heatmap", "data-run": run.run, "data-rows": n, "data-cols": h.columns,
         "data-start": h.start, "data-end": h.end, "data-reduction": h.reduction,
+        "data-skipped-columns": skippedColumns.join(","),
         tabindex: 0, role: "img", "aria-label": `Heatmap of ${run.run}: ${n} rows by ${h.columns} step columns. Arrow keys move, Enter opens the layer.`,
       });
       const selection = el("div", { class: "wur-overlay wur-selection", hidden: true });
@@ -497,7 +507,15 @@ export class App {
         }
         labels.append(label);
       }
-      const block: Block = { run: run.run, runIndex, shown, specs, display, canvas, plot, labels, selection, cursor, rowHeight, width };
+      // a strip of marks over the columns holding a skipped step; shown for every run that has
+      // one (also when the zoomed range holds none, so the heatmap does not jump)
+      const marks = (info?.skipped_steps ?? 0) > 0 || skippedColumns.length
+        ? el("canvas", {
+          class: "wur-marks", "data-testid": "wur-skipped-marks", "data-run": run.run, role: "img",
+          "aria-label": `Skipped steps of ${run.run}: ${skippedColumns.length} of the ${h.columns} columns hold a step the optimizer skipped`,
+        })
+        : null;
+      const block: Block = { run: run.run, runIndex, shown, specs, display, canvas, plot, labels, selection, cursor, rowHeight, width, marks };
       if (this.highlight?.run === run.run) {
         const r = specs.findIndex((x) => x.kind === "tag" && x.name === this.highlight!.tag);
         if (r >= 0) {
@@ -510,13 +528,14 @@ export class App {
       }
       this.drawBlock(canvas, block, table, width, n * rowHeight);
       this.wireCanvas(block);
+      if (marks) this.drawMarksOf(block);
       const axis = this.stepAxis(h, width);
       const swatch = el("span", { class: "wur-swatch" });
       swatch.style.background = this.color(run.run);
-      const info = this.runs.find((r) => r.run === run.run);
+      const skippedSteps = info?.skipped_steps ?? 0;
       const head = el("div", { class: "wur-block-head" },
         swatch, el("h3", { text: run.run }),
-        el("span", { class: "wur-meta", text: `${shown.length} of ${run.tags.length} variables` + (info?.last_step != null ? ` · steps ${formatStep(info.first_step ?? 0)}–${formatStep(info.last_step)}` : "") }),
+        el("span", { class: "wur-meta", text: `${shown.length} of ${run.tags.length} variables` + (info?.last_step != null ? ` · steps ${formatStep(info.first_step ?? 0)}–${formatStep(info.last_step)}` : "") + (skippedSteps ? ` · ${skippedSteps} skipped step${skippedSteps === 1 ? "" : "s"}` : "") }),
         el("span", { class: "wur-spacer" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "csv"), download: `${safeFileName(run.run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run, as CSV" }),
         el("a", { class: "wur-button", href: api.exportUrl(run.run, "json"), download: `${safeFileName(run.run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run, as JSON" }),
@@ -524,8 +543,9 @@ export class App {
         this.button("JSON of view", () => this.exportView(block, "json"), { "data-testid": "wur-export-view-json", title: "The cells shown (filtered layers, zoomed range, binned columns), as JSON" }),
         this.button("PNG", () => this.exportPng(block), { "data-testid": "wur-export-png", title: "This heatmap as a PNG image" }),
       );
+      const marksRow = marks ? [el("div", { class: "wur-marks-title", text: "skipped", title: SKIPPED_MEANING }), marks] : [];
       const body = n
-        ? el("div", { class: "wur-grid" }, labels, plot, el("div", { class: "wur-axis-title", text: "step" }), axis)
+        ? el("div", { class: "wur-grid" }, ...marksRow, labels, plot, el("div", { class: "wur-axis-title", text: "step" }), axis)
         : el("p", { class: "wur-meta", text: "No layer matches the filter." });
       if (!n) body.append(canvas); // keep the heatmap element (0 rows) for tests and tools
       if (!n) canvas.hidden = true;
@@ -543,6 +563,22 @@ export class App {
     } else {
       drawHeatmap(canvas, h.runs[block.runIndex].codes, h.columns, block.specs.map((x) => x.tag), table, width, height);
     }
+  }
+
+  /** Draws the block's skipped-step marks and wires their tooltip. */
+  private drawMarksOf(block: Block): void {
+    const h = this.heatmap!, marks = block.marks!;
+    const counts = h.runs[block.runIndex].skipped;
+    const style = getComputedStyle(this.root);
+    drawMarks(marks, markSpans(counts, h.columns, block.width, MARK_MIN_WIDTH), block.width, MARKS_HEIGHT,
+      style.getPropertyValue("--skip").trim() || "#e65100", style.getPropertyValue("--border").trim() || "#e0e0e0");
+    marks.addEventListener("mousemove", (e) => {
+      const rect = marks.getBoundingClientRect();
+      const k = markAt(counts, h.columns, rect.width, e.clientX - rect.left, MARK_MIN_WIDTH);
+      if (k >= 0) this.showLines(skippedLines(h, block.runIndex, k), e.clientX, e.clientY);
+      else this.hideTooltip();
+    });
+    marks.addEventListener("mouseleave", () => this.hideTooltip());
   }
 
   /** The tag index shown at display row r, column k (a group header shows its worst member). */
@@ -754,6 +790,10 @@ export class App {
       sw.style.background = specials[s];
       return el("span", { class: "wur-legend-special" }, sw, el("span", { text: SPECIAL_MEANING[s] }));
     });
+    if (this.blocks.some((b) => b.marks)) {
+      const sw = el("span", { class: "wur-swatch wur-skip-swatch" });
+      items.push(el("span", { class: "wur-legend-special", "data-testid": "wur-legend-skipped" }, sw, el("span", { text: SKIPPED_MEANING })));
+    }
     this.legend.replaceChildren(
       el("div", {}, el("div", { class: "wur-chart-title", text: `Color: ratio on a log scale (▼ target ${formatShortRatio(this.band.target)}); same scale for every run` }), canvas),
       el("div", { class: "wur-legend-specials", "aria-label": "Special cells" }, ...items),
@@ -796,11 +836,13 @@ export class App {
     this.detail.setAttribute("data-tag", ref.tag);
     if (scroll) this.detail.scrollIntoView({ block: "nearest" });
     try {
-      const [series, histograms, lr] = await Promise.all([
+      const [series, histograms, lr, marker] = await Promise.all([
         api.series(ref.run, ref.tag, controller.signal),
         layer?.has_histograms ? api.histograms(ref.run, ref.tag, controller.signal) : null,
         info?.has_learning_rate ? api.series(ref.run, "_wur/learning_rate", controller.signal) : null,
+        info?.skipped_steps ? api.series(ref.run, "_wur/skipped_step", controller.signal) : null,
       ]);
+      const skippedSteps = marker ? markedSteps(marker.steps, marker.values) : new Set<number>();
       if (controller.signal.aborted) return;
       const values = series.values.map(Number);
       let x0 = this.zoom?.start ?? (series.steps.length ? series.steps[0] : 0);
@@ -828,6 +870,7 @@ export class App {
         const lines = [ref.tag, `step ${formatStep(step)}`, `ratio ${formatRatio(value)}`];
         if (value > 0 && Number.isFinite(value)) lines.push(`log10 ${Math.log10(value).toFixed(2)}`);
         if (rate !== null) lines.push(`learning rate ${formatRatio(rate)}`);
+        if (skippedSteps.has(step)) lines.push("skipped step: the optimizer applied no update (ratios 0)");
         this.showLines(lines, e.clientX, e.clientY);
       });
       ratioCanvas.addEventListener("mouseleave", () => this.hideTooltip());
@@ -932,6 +975,10 @@ export class App {
     this.drawBlock(cells, block, this.colorTable(), block.width, n * rowH);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(cells, LABEL_WIDTH, 28, block.width, n * rowH);
+    if (block.marks) {
+      ctx.fillStyle = getComputedStyle(this.root).getPropertyValue("--skip").trim() || "#e65100";
+      for (const [x0, x1] of markSpans(run.skipped, h.columns, block.width, MARK_MIN_WIDTH)) ctx.fillRect(LABEL_WIDTH + x0, 21, x1 - x0, 5);
+    }
     ctx.textAlign = "center";
     ctx.fillStyle = colors.muted;
     ctx.font = "11px Roboto, Arial, sans-serif";

@@ -23,6 +23,8 @@ export interface HeatmapRun {
   tags: string[];
   /** Row-major [layer][column] codes. */
   codes: Uint16Array;
+  /** Per column: how many of its logged steps the optimizer skipped (ratios 0 by design). */
+  skipped: Uint32Array;
 }
 
 export interface Heatmap {
@@ -94,11 +96,14 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
   const columns: number = header.columns;
   const toF64 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Float64Array ? a : Float64Array.from(a));
   const count = get("column_count");
-  const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string }[]).map((r) => {
+  const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string; skipped?: string }[]).map((r) => {
     const codes = get(r.codes);
     if (!(codes instanceof Uint16Array)) throw new Error("heatmap codes must be uint16");
     if (codes.length !== r.tags.length * columns) throw new Error("heatmap codes do not match tags x columns");
-    return { run: r.run, tags: r.tags, codes };
+    const read = r.skipped ? get(r.skipped) : new Uint32Array(columns); // absent: none skipped
+    if (read.length !== columns) throw new Error("heatmap skipped steps do not match the columns");
+    const skipped = read instanceof Uint32Array ? read : Uint32Array.from(read);
+    return { run: r.run, tags: r.tags, codes, skipped };
   });
   return {
     start: header.start,

@@ -49,3 +49,57 @@ export function cellAt(x: number, y: number, cssWidth: number, rowHeight: number
   if (row >= nRows || col >= columns || col < 0) return null;
   return { row, col };
 }
+
+/** The marks of the columns holding a skipped step, as [x0, x1] spans in CSS px of a strip
+ * `cssWidth` wide over `columns` columns: each at least `minWidth` wide (centred on its
+ * column, so a 1 px bin stays visible), overlapping ones merged. */
+export function markSpans(counts: ArrayLike<number>, columns: number, cssWidth: number, minWidth = 3): [number, number][] {
+  const spans: [number, number][] = [];
+  if (!columns) return spans;
+  const cw = cssWidth / columns, half = Math.max(cw, minWidth) / 2;
+  for (let k = 0; k < columns; k++) {
+    if (!counts[k]) continue;
+    const c = (k + 0.5) * cw;
+    const x0 = Math.max(0, c - half), x1 = Math.min(cssWidth, c + half);
+    const last = spans[spans.length - 1];
+    if (last && x0 <= last[1]) last[1] = Math.max(last[1], x1);
+    else spans.push([x0, x1]);
+  }
+  return spans;
+}
+
+/** The column of the skipped-step mark under CSS x (marks as drawn by `markSpans`, the
+ * nearest one when they overlap), or -1. */
+export function markAt(counts: ArrayLike<number>, columns: number, cssWidth: number, x: number, minWidth = 3): number {
+  if (!columns || x < 0 || x >= cssWidth) return -1;
+  const cw = cssWidth / columns, half = Math.max(cw, minWidth) / 2;
+  const k0 = Math.floor(x / cw), reach = Math.ceil(half / cw) + 1;
+  let best = -1, bestDistance = Infinity;
+  for (let k = Math.max(0, k0 - reach); k <= Math.min(columns - 1, k0 + reach); k++) {
+    if (!counts[k]) continue;
+    const distance = Math.abs((k + 0.5) * cw - x);
+    if (distance <= half && distance < bestDistance) { best = k; bestDistance = distance; }
+  }
+  return best;
+}
+
+/** Draws the skipped-step marks (`markSpans`) on `canvas`, a strip cssWidth x cssHeight CSS
+ * px at the device's resolution, over a faint baseline. */
+export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], cssWidth: number, cssHeight: number, color: string, baseline: string): void {
+  const dpr = window.devicePixelRatio || 1;
+  const w = Math.max(1, Math.round(cssWidth * dpr)), h = Math.max(1, Math.round(cssHeight * dpr));
+  if (canvas.width !== w) canvas.width = w;
+  if (canvas.height !== h) canvas.height = h;
+  canvas.style.width = `${cssWidth}px`;
+  canvas.style.height = `${cssHeight}px`;
+  const ctx = canvas.getContext("2d");
+  if (!ctx) return;
+  ctx.clearRect(0, 0, w, h);
+  ctx.fillStyle = baseline;
+  ctx.fillRect(0, h - Math.max(1, Math.round(dpr)), w, Math.max(1, Math.round(dpr)));
+  ctx.fillStyle = color;
+  for (const [x0, x1] of spans) {
+    const a = Math.floor(x0 * dpr), b = Math.ceil(x1 * dpr);
+    ctx.fillRect(a, 0, Math.max(1, b - a), h);
+  }
+}

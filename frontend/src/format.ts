@@ -97,7 +97,35 @@ export function tooltipLines(h: Heatmap, runIndex: number, row: number, k: numbe
   if (h.columnCount[k] > 1 && cellKind(code, h.codes) !== "missing") {
     lines.push(`${h.columnCount[k]} logged steps, ${reduction ?? h.reduction}`);
   }
+  const skipped = skippedText(h, runIndex, k);
+  if (skipped) lines.push(skipped);
   return lines;
+}
+
+/** What column k says about the steps the optimizer skipped in run `runIndex` (their ratios
+ * are 0 by design, not a stalled layer); null when none was skipped. */
+export function skippedText(h: Heatmap, runIndex: number, k: number): string | null {
+  const n = h.runs[runIndex].skipped[k] ?? 0;
+  if (!n) return null;
+  const logged = h.columnCount[k];
+  if (logged <= 1) return "skipped step: the optimizer applied no update (ratios 0)";
+  const which = n === logged ? `all ${logged}` : `${n} of ${logged}`;
+  return `skipped steps: ${which} logged steps had no update applied (ratios 0)`;
+}
+
+/** The tooltip of the skipped-step mark of column k. */
+export function skippedLines(h: Heatmap, runIndex: number, k: number): string[] {
+  return [`${columnLabel(h, k)}  ·  run ${h.runs[runIndex].run}`, skippedText(h, runIndex, k) ?? "no skipped step"];
+}
+
+/** The steps a skipped-step marker series marks (its last value at a step counts: a skipped
+ * update retried under the same step is not skipped). */
+export function markedSteps(steps: number[], values: (number | string)[]): Set<number> {
+  const last = new Map<number, number>();
+  steps.forEach((step, i) => last.set(step, Number(values[i])));
+  const out = new Set<number>();
+  for (const [step, v] of last) if (v >= 0.5) out.add(step);
+  return out;
 }
 
 /** JSON of what a heatmap shows: the columns' step ranges and, per shown layer, its ratios

@@ -5,6 +5,7 @@ export const CSS = `
   --accent: #f57c00; --accent-text: #e65100; --error: #c62828; --error-bg: #fdecea;
   --focus: #1a73e8; --highlight: #1a73e8; --code-bg: #f1f3f4; --band: rgba(76, 175, 80, 0.16);
   --band-line: #2e7d32; --selection: rgba(26, 115, 232, 0.25); --grid: #eeeeee;
+  --skip: #e65100;
   color-scheme: light;
 }
 /* data-theme is set by the tab: TensorBoard's own theme (body.dark-mode of the host page) when
@@ -14,6 +15,7 @@ export const CSS = `
     --accent: #ffb74d; --accent-text: #ffb74d; --error: #f28b82; --error-bg: #3c1f1f;
     --focus: #8ab4f8; --highlight: #8ab4f8; --code-bg: #303134; --band: rgba(129, 201, 149, 0.18);
     --band-line: #81c995; --selection: rgba(138, 180, 248, 0.3); --grid: #303134;
+    --skip: #ff9800;
     color-scheme: dark;
   }
 html, body { margin: 0; height: 100%; }
@@ -85,6 +87,9 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-member { color: var(--muted); }
 .wur-label.wur-highlighted, .wur-label.wur-selected { color: var(--highlight); font-weight: 500; }
 .wur-plot { position: relative; }
+.wur-marks { display: block; margin-bottom: 2px; cursor: help; }
+.wur-marks-title { color: var(--muted); font-size: 10px; line-height: 7px; text-align: right; padding-right: 6px; }
+.wur-skip-swatch { background: var(--skip); }
 .wur-plot canvas { display: block; cursor: crosshair; image-rendering: pixelated; }
 .wur-overlay { position: absolute; pointer-events: none; box-sizing: border-box; }
 .wur-selection { background: var(--selection); border-left: 1px solid var(--focus); border-right: 1px solid var(--focus); top: 0; bottom: 0; }

@@ -57,3 +57,19 @@ export function sample() {
   );
 }
 
+
+/** sample() with skipped-step counts: column 0 (one step) and 1 of the 2 steps of column 2. */
+export function sampleWithSkipped(counts: number[] = [1, 0, 1]) {
+  return pack(
+    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: DEFAULT_CODES,
+      runs: [{ run: "r<b>", tags: ["a/kernel", "b/kernel"], codes: "codes_0", skipped: "skipped_0" }] },
+    {
+      column_start: { dtype: "float64", data: [0, 10, 20] },
+      column_first: { dtype: "float64", data: [0, 10, 20] },
+      column_last: { dtype: "float64", data: [0, 10, 25] },
+      column_count: { dtype: "uint32", data: [1, 1, 2] },
+      codes_0: { dtype: "uint16_planes", data: [3, encode(1e-3), 3, 3, encode(2e-3), encode(5e-4)] },
+      skipped_0: { dtype: "uint32", data: counts },
+    },
+  );
+}

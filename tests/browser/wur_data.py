@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tb_wur_plugin import wur_summary
+from tb_wur_plugin import metadata, wur_summary
 
 XSS_TAG = "<img src=x onerror=alert(1)>"
 STEPS = list(range(0, 150, 5))  # 30 logged steps
@@ -20,10 +20,15 @@ RUN_B = "beta/<i onmouseover=alert(2)>train"  # a run name that is HTML, too
 TAGS_A = ["model/dense/kernel", "model/dense/bias", "model/head/kernel", XSS_TAG, "model/odd/kernel"]
 TAGS_B = ["model/dense/kernel", "model/dense/bias", "model/head/kernel"]
 HISTOGRAM_ELEMENTS = 500  # elementwise ratios per histogram of model/dense/kernel in RUN_A
+# A step of RUN_A the optimizer skipped (as a LossScaleOptimizer on non-finite gradients):
+# every ratio 0 and the skipped-step marker 1, as `watch` and the Keras callback write it.
+SKIPPED_STEP = 40
 
 
 def ratio_a(tag: str, step: int) -> float:
     i = STEPS.index(step)
+    if step == SKIPPED_STEP:
+        return 0.0
     if tag == "model/dense/kernel":
         return 1e-3 * (1.0 + 0.5 * math.sin(i / 3.0))
     if tag == "model/dense/bias":
@@ -51,6 +56,12 @@ def write(logdir: str) -> None:
             elementwise = 10.0 ** rng.normal(-3.0 + step / 150.0, 0.5, size=HISTOGRAM_ELEMENTS)
             wur_summary.histogram("model/dense/kernel", elementwise, step=step)
             wur_summary.learning_rate(0.1 * 0.98 ** (step / 5), step=step)
+            tf.summary.write(
+                metadata.SKIPPED_STEP_TAG,
+                tf.constant(float(step == SKIPPED_STEP), tf.float32),
+                step=step,
+                metadata=metadata.create_summary_metadata(metadata.KIND_SKIPPED_STEP),
+            )
     writer.close()
     writer = tf.summary.create_file_writer(f"{logdir}/{RUN_B}")
     with writer.as_default():

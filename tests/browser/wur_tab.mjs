@@ -211,14 +211,8 @@ async function basic(page, f) {
 async function interact(page, f, want) {
   let attrs;
 
-  // tag and run names are text: the XSS tag is a label, no img element, no dialog
-  check(await f.locator("img").count() === 0, "an <img> element exists in the tab");
-  check(await f.locator("i").count() === 0, "an <i> element exists in the tab");
-  for (const w of want) {
-    check(await f.locator("h3", { hasText: w.run }).count() === 1, `the run name ${w.run} is not shown as text`);
-    await f.locator("h3", { hasText: w.run }).hover();
-  }
-  check(await f.locator('[data-testid="wur-row-label"]', { hasText: XSS_TAG }).count() >= 1, "the XSS tag is not shown as text");
+  await namesAreText(page, f, want);
+  if (config.skipped) await skippedSteps(page, f, want);
 
   // legend: the band and the special colors are explained
   const legend = await f.locator('[data-testid="wur-legend"]').innerText();
@@ -292,6 +286,11 @@ async function interact(page, f, want) {
   const inZoom = first.steps.filter((s) => s >= first.steps[2] && s <= zoomEnd);
   attrs = await waitAttrs(f, (x) => x[0].start === first.steps[2], "the zoomed range");
   check(attrs[0].end === zoomEnd && attrs[0].cols === inZoom.length, `zoom: ${JSON.stringify(attrs[0])}, want steps ${first.steps[2]}..${zoomEnd} in ${inZoom.length} columns`);
+  if (config.skipped) {
+    // the skipped-step marks follow the zoomed columns
+    const marked = await f.locator(`[data-testid="wur-heatmap"][data-run="${config.skipped.run}"]`).getAttribute("data-skipped-columns");
+    check(marked === String(inZoom.indexOf(config.skipped.step)), `skipped columns after zoom: "${marked}", want step ${config.skipped.step} at ${inZoom.indexOf(config.skipped.step)}`);
+  }
   {
     const tag = first.tags[0];
     const point = config.exports[first.run][tag].find((p) => p[1] === inZoom[3]);
@@ -437,7 +436,118 @@ async function interact(page, f, want) {
   check(png.name.endsWith(".png"), `PNG name ${png.name}`);
   log(`export works (${csv.name}, ${png.name} ${png.bytes.length} bytes)`);
 
+  // after every tooltip, detail, flag and export: still no element made of a name
+  for (const tag of ["img", "i"]) check(await f.locator(tag).count() === 0, `a <${tag}> element exists in the tab`);
+
   await shots(page, f);
+}
+
+/** Tag and run names that are HTML are shown as text wherever they appear (row labels, run
+ * headings, the run list, tooltips, the layer detail, the flags), never parsed: no element
+ * made of them, no script run (the dialog check in main). */
+async function namesAreText(page, f, want) {
+  const runsWithHtml = want.filter((w) => /[<>]/.test(w.run)).map((w) => w.run);
+  const tagged = want.find((w) => w.tags.includes(XSS_TAG));
+  check(runsWithHtml.length && tagged, `the data lack an HTML run name or tag: ${JSON.stringify(want.map((w) => w.run))}`);
+  const noElements = async (where) => {
+    for (const tag of ["img", "i"]) check(await f.locator(tag).count() === 0, `a <${tag}> element exists in the tab (${where})`);
+  };
+  await noElements("at load");
+  for (const w of want) {
+    // the heading of the run's heatmap and its entry in the run list, exactly the name
+    const heading = f.locator(`[data-testid="wur-heatmap"][data-run="${w.run}"]`).locator("xpath=ancestor::section").locator("h3");
+    check(await heading.innerText() === w.run, `heading of ${w.run}: ${await heading.innerText()}`);
+    await heading.hover();
+    const listed = f.locator(`[data-testid="wur-run-toggle"][data-run="${w.run}"]`).locator("xpath=ancestor::label");
+    check(await listed.innerText() === w.run, `run list entry of ${w.run}: ${await listed.innerText()}`);
+    await listed.hover();
+  }
+  // the HTML tag: its row label and its tooltip, exactly the tag
+  const row = tagged.tags.indexOf(XSS_TAG);
+  const label = f.locator(`[data-testid="wur-heatmap"][data-run="${tagged.run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').nth(row);
+  check(await label.innerText() === XSS_TAG && await label.getAttribute("title") === XSS_TAG, `row label of the HTML tag: ${await label.innerText()}`);
+  await label.hover();
+  let text = await hoverText(page, f, tagged.run, row, 1);
+  check(text.split("\n")[0] === XSS_TAG, `tooltip of the HTML tag: ${text}`);
+  // a tooltip of each run with an HTML name names it
+  for (const run of runsWithHtml) {
+    text = await hoverText(page, f, run, 0, 0);
+    check(text.includes(`run ${run}`), `tooltip of ${run}: ${text}`);
+  }
+  // the layer detail of the HTML tag, then of a layer of each run with an HTML name
+  await label.click();
+  const detail = f.locator('[data-testid="wur-detail"]');
+  await f.locator(`[data-testid="wur-detail"][data-run="${tagged.run}"] h3`, { hasText: "onerror" }).waitFor();
+  check(await detail.locator("h3").innerText() === XSS_TAG, `detail heading of the HTML tag: ${await detail.locator("h3").innerText()}`);
+  for (const run of runsWithHtml) {
+    await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
+    await f.locator(`[data-testid="wur-detail"][data-run="${run}"]`).waitFor();
+    const meta = await detail.locator(".wur-detail-head .wur-meta").innerText();
+    check(meta === `run ${run}`, `detail of a layer of ${run} says: ${meta}`);
+  }
+  await f.locator('[data-testid="wur-detail-close"]').click();
+  // the flags name the tag and, with several runs shown, the run
+  for (const run of runsWithHtml) {
+    const flag = f.locator(`[data-testid="wur-flag"][data-run="${run}"]`).first();
+    if (!(await flag.count())) continue;
+    check((await flag.innerText()).includes(`run ${run}`), `flag of ${run}: ${await flag.innerText()}`);
+    await flag.hover();
+  }
+  await noElements("after tooltips, details and flags");
+  log("tag and run names are text (headings, run list, labels, tooltips, detail, flags)");
+}
+
+/** The skipped step: its column is marked above the heatmap (one canvas), the tooltips of its
+ * cells and of its mark say so, the legend explains the mark, the flags do not count it. */
+async function skippedSteps(page, f, want) {
+  const { run, step } = config.skipped;
+  const w = want.find((x) => x.run === run);
+  const col = w.steps.indexOf(step);
+  for (const other of want) {
+    const marked = await f.locator(`[data-testid="wur-heatmap"][data-run="${other.run}"]`).getAttribute("data-skipped-columns");
+    check(marked === (other.run === run ? String(col) : ""), `skipped columns of ${other.run}: "${marked}"`);
+    check(await f.locator(`[data-testid="wur-skipped-marks"][data-run="${other.run}"]`).count() === (other.run === run ? 1 : 0), `marks of ${other.run}`);
+  }
+  // every cell of the column says the step was skipped; a cell of another column does not
+  for (const row of w.tags.keys()) {
+    const text = await hoverText(page, f, run, row, col);
+    check(text.includes(`step ${step}`) && text.includes("ratio 0") && text.includes("skipped step: the optimizer applied no update"), `tooltip of a skipped cell: ${text}`);
+  }
+  const plain = await hoverText(page, f, run, 0, col + 1);
+  check(!plain.includes("skipped"), `tooltip of a column without a skipped step: ${plain}`);
+  // the mark: drawn over the column only, with its own tooltip
+  const marks = f.locator(`[data-testid="wur-skipped-marks"][data-run="${run}"]`);
+  const box = await marks.boundingBox();
+  const heat = await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).boundingBox();
+  check(box && Math.abs(box.x - heat.x) < 1 && Math.abs(box.width - heat.width) < 1 && box.y < heat.y, `marks not above the heatmap: ${JSON.stringify(box)} vs ${JSON.stringify(heat)}`);
+  const inked = await marks.evaluate((c, cols) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, 1).data; // the top row: marks only
+    const out = [];
+    for (let k = 0; k < cols; k++) out.push(d[4 * Math.floor(((k + 0.5) / cols) * c.width) + 3] > 0);
+    return out;
+  }, w.steps.length);
+  check(inked.every((on, k) => on === (k === col)), `marked columns ${JSON.stringify(inked.map((on, k) => (on ? k : -1)).filter((k) => k >= 0))}, want [${col}]`);
+  await page.mouse.move(box.x + ((col + 0.5) * box.width) / w.steps.length, box.y + box.height / 2);
+  const tip = f.locator('[data-testid="wur-tooltip"]');
+  await tip.waitFor({ state: "visible" });
+  const markText = await tip.innerText();
+  check(markText.includes(`step ${step}`) && markText.includes(`run ${run}`) && markText.includes("skipped step"), `tooltip of the mark: ${markText}`);
+  const legend = await f.locator('[data-testid="wur-legend-skipped"]').innerText();
+  check(legend.includes("skipped step"), `legend of the mark: ${legend}`);
+  // flags: the skipped step is left out of the judgement, and said so
+  const flag = await f.locator(`[data-testid="wur-flag"][data-run="${run}"]`).first().innerText();
+  check(flag.includes("1 skipped step not judged"), `flag of a run with a skipped step: ${flag}`);
+  // the layer detail's readout at the skipped step names it
+  await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
+  const chart = f.locator(`[data-testid="wur-detail"][data-run="${run}"][data-tag="${w.tags[0]}"] [data-testid="wur-detail-ratio"]`);
+  await chart.waitFor();
+  const cb = await chart.boundingBox();
+  const [s0, s1] = [w.steps[0], w.steps[w.steps.length - 1]];
+  await page.mouse.move(cb.x + 52 + ((step - s0) / (s1 - s0)) * (cb.width - 64), cb.y + cb.height / 2); // charts.ts PAD
+  const readout = await tip.innerText();
+  check(readout.includes(`step ${step}`) && readout.includes("skipped step"), `detail readout at the skipped step: ${readout}`);
+  await f.locator('[data-testid="wur-detail-close"]').click();
+  log(`skipped steps are marked (step ${step}: column ${col}, tooltips, mark, legend, flags, detail)`);
 }
 
 async function shots(page, f) {
