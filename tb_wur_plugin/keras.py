@@ -25,7 +25,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     logged step when it can be read as a number. Variables are looked up at every logged
     step, so variables created later are logged from the next logged step on; a model that
     Keras builds during its first step has no weights to compare step 0 with (a warning says
-    so): call it on a batch before `fit` to log step 0.
+    so): call it on a batch before `fit` to log step 0. Under `MirroredStrategy` it logs
+    each step once; under `MultiWorkerMirroredStrategy` only the chief (worker 0) logs, and
+    the other workers create no file.
 
     Args:
       log_dir: directory of the TensorBoard logs; like `keras.callbacks.TensorBoard`, the
@@ -62,6 +64,15 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "so the change made by a single step cannot be observed. Use "
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
+        if not ratios.writes_summaries(
+            ratios.watched_variables(self.model.trainable_variables),
+            getattr(self.model, "distribute_strategy", None),
+        ):
+            # A worker of a multi-worker strategy other than the chief, which logs every
+            # step: this one creates no file and reads nothing.
+            self._writer = tf.summary.create_noop_writer()
+            self._step_bound, self._next_logged = 0, float("inf")
+            return
         self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "train"))
         self._warned_no_weights = False
         # `optimizer.iterations` is read only near logged steps: `_step_bound` is at least

@@ -25,27 +25,30 @@ class WatchedVariable(NamedTuple):
     variable: tf.Variable
 
 
-def update_ratios(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf.Tensor:
+def update_ratios(
+    before: Sequence[tf.Tensor], after: Sequence[tf.Tensor | tf.Variable]
+) -> tf.Tensor:
     """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above.
 
     The sums of squares Σw² and Σ(Δw)² are taken in the variables' precision (at least
     float32) by TensorFlow's pairwise reductions: relative error about 1e-7 (at most 1.6e-7
     measured, 64 to 5e7 elements). Variables of up to STACKED_MAX_ELEMENTS elements that
     share a shape and dtype are stacked and reduced together, one reduction per shape;
-    larger ones one after the other, so that one update Δw is held at a time. Where a sum
-    may have overflowed, underflowed or is not finite, all sums are taken again in the same
-    way but in float64 (exact to rounding).
+    larger ones one after the other, so that one update Δw is held at a time (an `after`
+    that is a variable is read only then). Where a sum may have overflowed, underflowed or
+    is not finite, all sums are taken again scaled: Σx² = m² · Σ(x/m)² with m = max|x|,
+    which neither overflows nor underflows.
     """
     if not before:
         return tf.zeros([0], tf.float64)
-    weights, updates = _sums(before, after, exact=False)
+    weights, updates = _sums(before, after, scaled=False)
     suspect = ~(
         tf.math.is_finite(weights) & tf.math.is_finite(updates)
         & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
     )
     weights, updates = tf.cond(
         tf.reduce_any(suspect),
-        lambda: _sums(before, after, exact=True),
+        lambda: _sums(before, after, scaled=True),
         lambda: (weights, updates),
     )
     ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
@@ -64,8 +67,12 @@ def _size(tensor: tf.Tensor) -> float:
     return float("inf") if size is None else size
 
 
-def _work_dtype(tensor: tf.Tensor, exact: bool) -> tf.DType:
-    return tf.float64 if exact or tensor.dtype == tf.float64 else tf.float32
+def _work_dtype(tensor: tf.Tensor) -> tf.DType:
+    return tf.float64 if tensor.dtype == tf.float64 else tf.float32
+
+
+def _read(value: tf.Tensor | tf.Variable) -> tf.Tensor:
+    return value.value() if isinstance(value, tf.Variable) else value
 
 
 def _partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]]:
@@ -81,25 +88,38 @@ def _partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]
     return list(stacks.values()), large
 
 
-def _sums(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64 vectors Σw² and Σ(Δw)², in float64 if `exact`, else in the variables'
-    precision: small variables stacked by shape and dtype, one reduction per stack; large
-    ones one after the other."""
+def _sum_of_squares(x: tf.Tensor, axes: list[int], scaled: bool) -> tf.Tensor:
+    """Σx² over `axes`, as float64; if `scaled`, as m² · Σ(x/m)² with m = max|x| (0 if m = 0,
+    NaN if x is not finite)."""
+    if not scaled:
+        return tf.cast(tf.reduce_sum(tf.square(x), axes), tf.float64)
+    top = tf.reduce_max(tf.abs(x), axes, keepdims=True)
+    scaled_sum = tf.reduce_sum(tf.square(x / tf.where(top > 0, top, tf.ones_like(top))), axes)
+    top = tf.cast(tf.reshape(top, tf.shape(scaled_sum)), tf.float64)
+    return tf.cast(scaled_sum, tf.float64) * tf.square(top)
+
+
+def _sums(before, after, scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """float64 vectors Σw² and Σ(Δw)² (see `_sum_of_squares`): small variables stacked by
+    shape and dtype, one reduction per stack; large ones one after the other."""
     stacks, large = _partition(before)
     weights, updates = [], []
     for indices in stacks:
-        dtype = _work_dtype(before[indices[0]], exact)
+        dtype = _work_dtype(before[indices[0]])
         old = tf.cast(tf.stack([before[i] for i in indices]), dtype)
-        delta = tf.cast(tf.stack([after[i] for i in indices]), dtype) - old
+        delta = tf.cast(tf.stack([_read(after[i]) for i in indices]), dtype) - old
         axes = list(range(1, old.shape.rank))
-        weights.append(tf.cast(tf.reduce_sum(tf.square(old), axes), tf.float64))
-        updates.append(tf.cast(tf.reduce_sum(tf.square(delta), axes), tf.float64))
-    if large:
-        large_weights, large_updates = _sums_one_by_one(
-            [before[i] for i in large], [after[i] for i in large], exact
-        )
-        weights.append(large_weights)
-        updates.append(large_updates)
+        weights.append(_sum_of_squares(old, axes, scaled))
+        updates.append(_sum_of_squares(delta, axes, scaled))
+    previous = []
+    for i in large:
+        dtype = _work_dtype(before[i])
+        with tf.control_dependencies(previous):
+            old = tf.cast(before[i], dtype)
+            update = _sum_of_squares(tf.cast(_read(after[i]), dtype) - old, None, scaled)
+        weights.append(_sum_of_squares(old, None, scaled)[tf.newaxis])
+        updates.append(update[tf.newaxis])
+        previous = [update]
     inverse = np.argsort([i for indices in stacks for i in indices] + large)
     return (
         tf.gather(tf.concat(weights, 0), inverse),
@@ -107,7 +127,9 @@ def _sums(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
     )
 
 
-def histogram_counts(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) -> tf.Tensor:
+def histogram_counts(
+    before: Sequence[tf.Tensor], after: Sequence[tf.Tensor | tf.Variable]
+) -> tf.Tensor:
     """int64[n, NUM_BUCKETS]: `bucket_counts` of each pair's `elementwise_ratios`; small
     variables stacked by shape and dtype, one bucketing per stack; large ones one after the
     other, so that one variable's elementwise ratios are held at a time."""
@@ -115,32 +137,17 @@ def histogram_counts(before: Sequence[tf.Tensor], after: Sequence[tf.Tensor]) ->
     counts, previous = [], []
     for indices in stacks:
         stacked = elementwise_ratios(
-            tf.stack([before[i] for i in indices]), tf.stack([after[i] for i in indices])
+            tf.stack([before[i] for i in indices]),
+            tf.stack([_read(after[i]) for i in indices]),
         )
         counts.append(summary.bucket_counts_by_row(stacked))
     for i in large:
         with tf.control_dependencies(previous):
-            one = summary.bucket_counts(elementwise_ratios(before[i], after[i]))
+            one = summary.bucket_counts(elementwise_ratios(before[i], _read(after[i])))
         counts.append(one[tf.newaxis])
         previous = [one]
     inverse = np.argsort([i for indices in stacks for i in indices] + large)
     return tf.gather(tf.concat(counts, 0), inverse)
-
-
-def _sums_one_by_one(before, after, exact: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64 vectors Σw² and Σ(Δw)², one variable after the other; in float64 if `exact`,
-    else in the variables' precision (float32 for float16/bfloat16/float32)."""
-    weights, updates, previous = [], [], []
-    for old, new in zip(before, after):
-        dtype = _work_dtype(old, exact)
-        with tf.control_dependencies(previous):
-            old_value = tf.cast(old, dtype)
-            delta = tf.cast(new, dtype) - old_value
-            update = 2.0 * tf.nn.l2_loss(delta)
-        weights.append(tf.cast(2.0 * tf.nn.l2_loss(old_value), tf.float64))
-        updates.append(tf.cast(update, tf.float64))
-        previous = [update]
-    return tf.stack(weights), tf.stack(updates)
 
 
 def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
@@ -321,10 +328,9 @@ def _write_ratios(
     step: tf.Tensor,
     histograms: bool,
 ) -> tf.Tensor:
-    after = [v.value() for v in variables]
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
-    ratios = update_ratios(before, after)
+    ratios = update_ratios(before, variables)  # large variables are read one at a time
     skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     with tf.summary.record_if(True):
@@ -351,7 +357,7 @@ def _write_ratios(
             written.append(
                 summary.write_tensors(
                     [metadata.histogram_tag(tag) for tag in tags],
-                    histogram_counts(before, after),
+                    histogram_counts(before, variables),
                     step,
                     [
                         metadata.create_summary_metadata(

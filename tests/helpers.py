@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import collections
-import glob
 import json
 import os
 
 import keras
 import numpy as np
+import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.util import tensor_util
 
@@ -16,10 +16,11 @@ from tb_wur_plugin import metadata
 
 
 def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
-    """tag -> [(step, value, plugin content)] of the wur series in the event files of `logdir`."""
+    """tag -> [(step, value, plugin content)] of the wur series in the event files of `logdir`
+    (any path `tf.io.gfile` reads, e.g. `ram://...`)."""
     series = collections.defaultdict(list)
     contents = {}
-    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
         for event in event_file_loader.EventFileLoader(path).Load():
             for value in event.summary.value:
                 if value.metadata.plugin_data.plugin_name:
@@ -121,3 +122,14 @@ def mixed_model_and_data(seed: int = 0):
     ]
     y = rng.normal(size=(16, 3)).astype("float32")
     return model, x, y
+
+
+def apply_non_finite_gradients(optimizer, variables) -> None:
+    """One optimizer step whose gradients are not finite (+inf in the first element of the
+    first gradient, zeros elsewhere), as an overflowing float16 backward pass gives them.
+    A `LossScaleOptimizer` skips it: weights and `iterations` stay, the loss scale halves.
+    For testing what is logged for a skipped step, e.g. inside `wur_summary.watch`."""
+    variables = list(variables)
+    grads = [np.zeros(v.shape, v.dtype) for v in variables]
+    grads[0].reshape(-1)[0] = np.inf
+    optimizer.apply([tf.constant(g) for g in grads], variables)
