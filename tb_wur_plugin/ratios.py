@@ -305,20 +305,41 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
         record(watched, before, step_value, histograms)
         return
 
+    # The snapshot leaves the conditional as one stacked tensor per shape of small
+    # variables, and as is for large ones: few outputs, so that it costs little when it
+    # does not record.
+    stacks, large = _partition([w.variable for w in watched])
+
     def take_snapshot():
-        return _read_step(step), [tf.identity(value) for value in snapshot(watched)]
+        values = snapshot(watched)
+        return _read_step(step), (
+            [tf.stack([values[i] for i in stack]) for stack in stacks],
+            [tf.identity(values[i]) for i in large],
+        )
 
     def no_snapshot():
-        return tf.constant(0, tf.int64), [tf.zeros([0], w.variable.dtype) for w in watched]
+        def empty(i, rank):
+            return tf.zeros([0] * (rank or 1), watched[i].variable.dtype)
+
+        return tf.constant(0, tf.int64), (
+            [empty(stack[0], 1 + watched[stack[0]].variable.shape.rank) for stack in stacks],
+            [empty(i, watched[i].variable.shape.rank) for i in large],
+        )
+
+    def record_snapshot(snapshots):
+        stacked, large_values = snapshots
+        before = [None] * len(watched)
+        for stack, values in zip(stacks, stacked):
+            for i, value in zip(stack, tf.unstack(values, num=len(stack))):  # no copy
+                before[i] = value
+        for i, value in zip(large, large_values):
+            before[i] = value
+        return record(watched, before, step_value, histograms)
 
     should_record = tf.summary.should_record_summaries()
-    step_value, before = tf.cond(should_record, take_snapshot, no_snapshot)
+    step_value, stacked = tf.cond(should_record, take_snapshot, no_snapshot)
     yield
-    tf.cond(
-        should_record,
-        lambda: record(watched, before, step_value, histograms),
-        lambda: tf.constant(False),
-    )
+    tf.cond(should_record, lambda: record_snapshot(stacked), lambda: tf.constant(False))
 
 
 def _write_ratios(

@@ -278,6 +278,38 @@ def test_not_recording_in_graph_runs_no_ratio_code(logdir, writer, monkeypatch):
     assert {s for series in ratio_series(logdir).values() for s in series} == {0, 3}
 
 
+def test_watch_under_in_graph_record_if_matches_numpy_reference(logdir):
+    """The conditional snapshot (stacked per shape, large variables as they are)."""
+    model, x, y = mixed_model_and_data()
+    large = tf.Variable(np.linspace(1.0, 2.0, 70_000, dtype=np.float32), name="large")
+    variables = [*model.trainable_variables, large]
+    optimizer = OPTIMIZERS["adam"]()
+
+    @tf.function
+    def train_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+            loss += tf.reduce_sum(tf.square(large - 3.0))
+        grads = tape.gradient(loss, variables)
+        with wur_summary.watch(variables, step=optimizer.iterations, histograms=True):
+            optimizer.apply_gradients(zip(grads, variables))
+
+    expected = {}
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default(), tf.summary.record_if(lambda: optimizer.iterations % 2 == 0):
+        for step in range(4):
+            before = [v.numpy() for v in variables]
+            train_step()
+            if step % 2 == 0:
+                for v, old in zip(variables, before):
+                    expected[(ratios._variable_path(v), step)] = reference_ratio(old, v.numpy())
+    writer.close()
+    assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
+    events = read_events(logdir)
+    assert [s for s, _, _ in events[metadata.histogram_tag("large")]] == [0, 2]
+    assert all(c.sum() == 70_000 for _, c, _ in events[metadata.histogram_tag("large")])
+
+
 def _op_types(concrete_function):
     return collections.Counter(op.type for op in concrete_function.graph.get_operations())
 
