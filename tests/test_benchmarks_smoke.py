@@ -24,3 +24,8 @@ def test_training_benchmark_smoke():
 def test_backend_benchmark_smoke():
     out = _run("backend.py")
     assert "heatmap" in out and "export csv" in out
+
+
+def test_concurrency_benchmark_smoke():
+    out = _run("concurrency.py")
+    assert "every answer 200 and identical" in out and "parallel clients" in out
