@@ -41,15 +41,31 @@ def update_ratios(
     """
     if not before:
         return tf.zeros([0], tf.float64)
-    weights, updates = _sums(before, after, scaled=False)
+    stacks, large = _partition(before)
+    olds, deltas = [], []  # per stack: the stacked weights and updates, in the work dtype
+    for stack in stacks:
+        dtype = _work_dtype(before[stack[0]])
+        olds.append(tf.cast(tf.stack([before[i] for i in stack]), dtype))
+        deltas.append(tf.cast(tf.stack([_read(after[i]) for i in stack]), dtype) - olds[-1])
+    large_pairs = [(before[i], after[i]) for i in large]
+
+    def sums(scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        weights = [_sum_of_squares(old, _rows(old), scaled) for old in olds]
+        updates = [_sum_of_squares(delta, _rows(delta), scaled) for delta in deltas]
+        if large_pairs:
+            large_weights, large_updates = _sums_one_by_one(large_pairs, scaled)
+            weights.append(large_weights)
+            updates.append(large_updates)
+        inverse = np.argsort([i for stack in stacks for i in stack] + large)
+        return tf.gather(tf.concat(weights, 0), inverse), tf.gather(tf.concat(updates, 0), inverse)
+
+    weights, updates = sums(scaled=False)
     suspect = ~(
         tf.math.is_finite(weights) & tf.math.is_finite(updates)
         & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
     )
     weights, updates = tf.cond(
-        tf.reduce_any(suspect),
-        lambda: _sums(before, after, scaled=True),
-        lambda: (weights, updates),
+        tf.reduce_any(suspect), lambda: sums(scaled=True), lambda: (weights, updates)
     )
     ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
     finite = tf.math.is_finite(weights) & tf.math.is_finite(updates)
@@ -99,32 +115,24 @@ def _sum_of_squares(x: tf.Tensor, axes: list[int], scaled: bool) -> tf.Tensor:
     return tf.cast(scaled_sum, tf.float64) * tf.square(top)
 
 
-def _sums(before, after, scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64 vectors Σw² and Σ(Δw)² (see `_sum_of_squares`): small variables stacked by
-    shape and dtype, one reduction per stack; large ones one after the other."""
-    stacks, large = _partition(before)
-    weights, updates = [], []
-    for indices in stacks:
-        dtype = _work_dtype(before[indices[0]])
-        old = tf.cast(tf.stack([before[i] for i in indices]), dtype)
-        delta = tf.cast(tf.stack([_read(after[i]) for i in indices]), dtype) - old
-        axes = list(range(1, old.shape.rank))
-        weights.append(_sum_of_squares(old, axes, scaled))
-        updates.append(_sum_of_squares(delta, axes, scaled))
-    previous = []
-    for i in large:
-        dtype = _work_dtype(before[i])
+def _rows(stacked: tf.Tensor) -> list[int]:
+    """The axes of one stacked variable's elements."""
+    return list(range(1, stacked.shape.rank))
+
+
+def _sums_one_by_one(pairs, scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """float64 vectors Σw² and Σ(Δw)² of (before, after) pairs, one pair after the other so
+    that one Δw is held at a time (an `after` that is a variable is read only then)."""
+    weights, updates, previous = [], [], []
+    for before, after in pairs:
+        dtype = _work_dtype(before)
         with tf.control_dependencies(previous):
-            old = tf.cast(before[i], dtype)
-            update = _sum_of_squares(tf.cast(_read(after[i]), dtype) - old, None, scaled)
-        weights.append(_sum_of_squares(old, None, scaled)[tf.newaxis])
-        updates.append(update[tf.newaxis])
+            old = tf.cast(before, dtype)
+            update = _sum_of_squares(tf.cast(_read(after), dtype) - old, None, scaled)
+        weights.append(_sum_of_squares(old, None, scaled))
+        updates.append(update)
         previous = [update]
-    inverse = np.argsort([i for indices in stacks for i in indices] + large)
-    return (
-        tf.gather(tf.concat(weights, 0), inverse),
-        tf.gather(tf.concat(updates, 0), inverse),
-    )
+    return tf.stack(weights), tf.stack(updates)
 
 
 def histogram_counts(
