@@ -11,7 +11,6 @@ follow the same conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
 from __future__ import annotations
 
 import contextlib
-import weakref
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -265,10 +264,14 @@ def record(
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
     """
+    writer = summary.writer_resource(summary.default_writer())
+    if writer is None:  # no writer, or one that writes nothing
+        return False if tf.executing_eagerly() else tf.constant(False)
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
-    write = _traced_for_default_writer() if tf.executing_eagerly() else _write_ratios
-    return write(tags, variables, list(before), _read_step(step), histograms)
+    write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
+    written = write(tags, variables, list(before), _read_step(step), histograms, writer)
+    return bool(written) if tf.executing_eagerly() else written
 
 
 @contextlib.contextmanager
@@ -356,60 +359,54 @@ def _write_ratios(
     before: list[tf.Tensor],
     step: tf.Tensor,
     histograms: bool,
+    writer: tf.Tensor,
 ) -> tf.Tensor:
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables)  # large variables are read one at a time
     skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
-    with tf.summary.record_if(True):
-        written = [
-            summary.write_scalars(
-                [*tags, metadata.SKIPPED_STEP_TAG],
-                tf.concat([summary.to_stored_scalar(ratios), skipped], 0),
+    written = [
+        summary.write_scalars(
+            [*tags, metadata.SKIPPED_STEP_TAG],
+            tf.concat([summary.to_stored_scalar(ratios), skipped], 0),
+            step,
+            [
+                *(
+                    metadata.create_summary_metadata(
+                        metadata.KIND_RATIO, f"Weight-update ratio {about}", index
+                    )
+                    for index, about in enumerate(abouts)
+                ),
+                metadata.create_summary_metadata(
+                    metadata.KIND_SKIPPED_STEP,
+                    "1 where no watched variable changed (the optimizer skipped the step)",
+                ),
+            ],
+            writer,
+        )
+    ]
+    if histograms:
+        written.append(
+            summary.write_tensors(
+                [metadata.histogram_tag(tag) for tag in tags],
+                histogram_counts(before, variables),
                 step,
                 [
-                    *(
-                        metadata.create_summary_metadata(
-                            metadata.KIND_RATIO, f"Weight-update ratio {about}", index
-                        )
-                        for index, about in enumerate(abouts)
-                    ),
                     metadata.create_summary_metadata(
-                        metadata.KIND_SKIPPED_STEP,
-                        "1 where no watched variable changed (the optimizer skipped the step)",
-                    ),
+                        metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                    )
+                    for about in abouts
                 ],
+                writer,
             )
-        ]
-        if histograms:
-            written.append(
-                summary.write_tensors(
-                    [metadata.histogram_tag(tag) for tag in tags],
-                    histogram_counts(before, variables),
-                    step,
-                    [
-                        metadata.create_summary_metadata(
-                            metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
-                        )
-                        for about in abouts
-                    ],
-                )
-            )
+        )
     return tf.reduce_all(tf.stack(written))
 
 
-# A traced function captures the writer it was traced with and does not retrace for another
-# one, so each writer gets its own.
-_traced_by_writer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _traced_for_default_writer():
-    writer = summary.default_writer()
-    traced = _traced_by_writer.get(writer)
-    if traced is None:
-        traced = _traced_by_writer[writer] = tf.function(_write_ratios, reduce_retracing=True)
-    return traced
+# The writer is an argument, not captured: one trace serves every writer (a new writer per
+# `model.fit` call does not retrace).
+_write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
 
 
 def _read_step(step: Any) -> tf.Tensor:

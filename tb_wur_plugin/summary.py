@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import summary_ops_v2
+from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
@@ -62,8 +62,11 @@ def learning_rate(data: Any, step: Any = None, description: str | None = None):
     )
 
 
-def write_scalars(tags: list[str], values: tf.Tensor, step: Any, metadatas: list) -> tf.Tensor:
-    """Write `values[i]` (float32[n]) under `tags[i]` as one event carrying all of them.
+def write_scalars(
+    tags: list[str], values: tf.Tensor, step: Any, metadatas: list, writer: tf.Tensor
+) -> tf.Tensor:
+    """Write `values[i]` (float32[n]) under `tags[i]` as one event carrying all of them, to
+    `writer` (a `writer_resource`), whatever `record_if` says.
 
     One op writes them all, instead of one `tf.summary.write` per tag: the serialized
     `Summary` is the tags' constant prefixes joined with the values' four bytes each. It
@@ -72,13 +75,15 @@ def write_scalars(tags: list[str], values: tf.Tensor, step: Any, metadatas: list
     # TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
     tensor_fields = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
     values = tf.ensure_shape(tf.convert_to_tensor(values, tf.float32), [len(tags)])
-    return _write_rows(tags, values, step, metadatas, tensor_fields, 4)
+    return _write_rows(tags, values, step, metadatas, writer, tensor_fields, 4)
 
 
-def write_tensors(tags: list[str], values: tf.Tensor, step: Any, metadatas: list) -> tf.Tensor:
+def write_tensors(
+    tags: list[str], values: tf.Tensor, step: Any, metadatas: list, writer: tf.Tensor
+) -> tf.Tensor:
     """Write row `values[i]` (a tensor of static shape [n, ...]) under `tags[i]`, as one
     event carrying all n tensors, each read back as `values[i]` (its bytes as
-    `tensor_content`, as `tf.summary.write` stores them)."""
+    `tensor_content`, as `tf.summary.write` stores them), like `write_scalars`."""
     if values.shape.rank is None or values.shape[0] != len(tags):
         raise ValueError(f"values must have shape [{len(tags)}, ...], got {values.shape}")
     row_shape = values.shape[1:]
@@ -91,13 +96,12 @@ def write_tensors(tags: list[str], values: tf.Tensor, step: Any, metadatas: list
     tensor_fields = tensor_pb2.TensorProto(
         dtype=values.dtype.as_datatype_enum, tensor_shape=shape
     ).SerializeToString() + b"\x22" + _varint(row_bytes)  # tensor_content (field 4)
-    return _write_rows(tags, values, step, metadatas, tensor_fields, row_bytes)
+    return _write_rows(tags, values, step, metadatas, writer, tensor_fields, row_bytes)
 
 
-def _write_rows(tags, values, step, metadatas, tensor_fields: bytes, row_bytes: int):
+def _write_rows(tags, values, step, metadatas, writer, tensor_fields: bytes, row_bytes: int):
     """One event: per tag, a constant `Summary.Value` prefix ending in `tensor_fields`, then
     that row's `row_bytes` bytes, cut from the end of the serialized `values` (its data)."""
-    check_default_writer_open(f"cannot write {len(tags)} summaries")
     prefixes = tf.constant([
         _value_prefix(tag, meta, tensor_fields, row_bytes) for tag, meta in zip(tags, metadatas)
     ])
@@ -106,7 +110,12 @@ def _write_rows(tags, values, step, metadatas, tensor_fields: bytes, row_bytes: 
     positions = tf.strings.length(serialized) - row_bytes * (count - tf.range(count))
     rows = tf.strings.substr(serialized, positions, tf.fill([count], row_bytes))
     message = tf.strings.reduce_join(tf.strings.join([prefixes, rows]))
-    return tf.summary.experimental.write_raw_pb(message, step=step)
+    with tf.device("cpu:0"):
+        written = gen_summary_ops.write_raw_proto_summary(
+            writer, tf.cast(step, tf.int64), tf.identity(message)
+        )
+        with tf.control_dependencies([written]):
+            return tf.constant(True)
 
 
 def _value_prefix(tag: str, summary_metadata, tensor_fields: bytes, data_bytes: int) -> bytes:
@@ -185,6 +194,16 @@ def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
 def default_writer() -> tf.summary.SummaryWriter | None:
     """The default summary writer (TensorFlow has no public accessor for it)."""
     return summary_ops_v2._summary_state.writer
+
+
+def writer_resource(writer: tf.summary.SummaryWriter | None) -> tf.Tensor | None:
+    """The resource handle the summary ops of `writer` take; None for no writer or a no-op
+    writer. Raises RuntimeError if the writer is closed."""
+    if writer is not None and getattr(writer, "_closed", False):
+        raise RuntimeError(
+            "the summary writer is closed (create a new one with tf.summary.create_file_writer)"
+        )
+    return getattr(writer, "_resource", None)
 
 
 def static_recording() -> bool | None:

@@ -310,6 +310,20 @@ def test_watch_under_in_graph_record_if_matches_numpy_reference(logdir):
     assert all(c.sum() == 70_000 for _, c, _ in events[metadata.histogram_tag("large")])
 
 
+def test_eager_watch_writes_to_each_default_writer_with_one_trace(tmp_path):
+    variables = [tf.Variable(np.ones((3, 2), np.float32), name="w")]
+    optimizer = keras.optimizers.SGD(0.1)
+    dirs = [str(tmp_path / name) for name in ("a", "b", "c")]
+    traces = ratios._write_ratios_traced.experimental_get_tracing_count()
+    for step, logdir in enumerate(dirs + dirs[:1]):
+        writer = tf.summary.create_file_writer(logdir)
+        with writer.as_default(), wur_summary.watch(variables, step=step):
+            optimizer.apply([tf.ones((3, 2))], variables)
+        writer.close()
+    assert ratios._write_ratios_traced.experimental_get_tracing_count() - traces <= 1
+    assert [sorted(ratio_series(d)["w"]) for d in dirs] == [[0, 3], [1], [2]]
+
+
 def _op_types(concrete_function):
     return collections.Counter(op.type for op in concrete_function.graph.get_operations())
 
