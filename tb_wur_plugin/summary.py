@@ -148,23 +148,39 @@ def to_stored_scalar(value: tf.Tensor) -> tf.Tensor:
 def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:
     """Counts of `ratios` (any shape) per bucket of the protocol's layout, int64[NUM_BUCKETS].
 
-    O(N) time and memory: one binary search over the fixed edges per element, then one
-    bincount. Edges are compared in the data's precision (at least float32).
+    O(N) time and memory (see `bucket_counts_by_row`).
     """
     return bucket_counts_by_row(tf.reshape(ratios, [1, -1]))[0]
 
 
 def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
-    """`bucket_counts` of each row of `ratios` (shape [k, ...]): int64[k, NUM_BUCKETS]."""
+    """`bucket_counts` of each row of `ratios` (shape [k, ...]): int64[k, NUM_BUCKETS].
+
+    A value x > 0 lies in bin floor(t), t = BINS_PER_DECADE · (log10 x − LOG10_MIN), with
+    log10 taken in the data's precision (at least float32). Values near an edge (t within
+    1e-4 of an integer in float32, 1e-9 in float64: beyond the error of t and of the edges'
+    rounding) are placed by a binary search over the edges instead, compared in the data's
+    precision, so that every value lands exactly where comparisons with the edges put it.
+    Then one bincount.
+    """
     values = ratios
     if values.dtype not in (tf.float32, tf.float64):
         values = tf.cast(values, tf.float32)
     rows = tf.shape(values)[0]
     values = tf.reshape(values, [rows, tf.size(values) // tf.maximum(rows, 1)])
+    # position p: 0 below the first edge, k + 1 in bin k, NUM_BINS + 1 at or above the last
+    # (meaningless where x <= 0 or NaN: those are bucketed below).
+    t = (tf.math.log(values) * (metadata.BINS_PER_DECADE / np.log(10.0))
+         - metadata.LOG10_MIN * metadata.BINS_PER_DECADE)
+    position = tf.cast(tf.clip_by_value(tf.floor(t) + 1, 0, metadata.NUM_BINS + 1), tf.int32)
+    margin = 1e-4 if values.dtype == tf.float32 else 1e-9
+    near_edge = tf.where(tf.abs(t - tf.round(t)) < margin)
     edges = tf.constant(metadata.HISTOGRAM_EDGES, dtype=values.dtype)
-    # 0 below the first edge, NUM_BINS + 1 at or above the last one.
-    position = tf.searchsorted(edges[tf.newaxis, :], tf.reshape(values, [1, -1]), side="right")
-    bucket = tf.reshape(position, tf.shape(values)) + metadata.UNDERFLOW_BUCKET
+    exact = tf.searchsorted(
+        edges[tf.newaxis, :], tf.gather_nd(values, near_edge)[tf.newaxis, :], side="right"
+    )
+    position = tf.tensor_scatter_nd_update(position, near_edge, tf.reshape(exact, [-1]))
+    bucket = position + metadata.UNDERFLOW_BUCKET
     bucket = tf.where(
         values > 0,
         bucket,

@@ -114,13 +114,26 @@ def test_histogram_edges_are_identical_across_layers_and_steps(logdir, writer):
     assert len(contents) == 1 and shapes == {(metadata.NUM_BUCKETS,)}
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_values_at_and_next_to_every_edge_land_where_comparisons_put_them(dtype):
+    edges = metadata.HISTOGRAM_EDGES.astype(dtype)
+    values = np.concatenate([
+        edges, np.nextafter(edges, dtype(0)), np.nextafter(edges, dtype(np.inf)),
+        edges * dtype(1 + 1e-6), edges * dtype(1 - 1e-6),
+    ]).astype(dtype)
+    position = np.searchsorted(edges, values, side="right")  # compared in the data's dtype
+    want = np.bincount(position + metadata.UNDERFLOW_BUCKET, minlength=metadata.NUM_BUCKETS)
+    got = summary.bucket_counts_by_row(tf.constant(values[np.newaxis])).numpy()[0]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bucketing_is_linear_in_size_with_no_one_hot():
     graph = tf.function(summary.bucket_counts).get_concrete_function(
         tf.TensorSpec([None], tf.float32)
     ).graph
     types = {op.type for op in graph.get_operations()}
     assert "OneHot" not in types and "LowerBound" not in types
-    assert "UpperBound" in types  # a binary search per element over the fixed edges
+    assert "UpperBound" in types  # a binary search for the values next to an edge
     assert types & {"DenseBincount", "Bincount"}
 
 
