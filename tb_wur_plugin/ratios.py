@@ -139,7 +139,7 @@ def histogram_counts(
 ) -> tf.Tensor:
     """int64[n, NUM_BUCKETS]: `bucket_counts` of each pair's `elementwise_ratios`; small
     variables stacked by shape and dtype, one bucketing per stack; large ones one after the
-    other, so that one variable's elementwise ratios are held at a time."""
+    other, STACKED_MAX_ELEMENTS elements at a time, so that the temporaries stay that small."""
     stacks, large = _partition(before)
     counts, previous = [], []
     for indices in stacks:
@@ -150,11 +150,30 @@ def histogram_counts(
         counts.append(summary.bucket_counts_by_row(stacked))
     for i in large:
         with tf.control_dependencies(previous):
-            one = summary.bucket_counts(elementwise_ratios(before[i], _read(after[i])))
+            one = _chunked_bucket_counts(before[i], _read(after[i]))
         counts.append(one[tf.newaxis])
         previous = [one]
     inverse = np.argsort([i for indices in stacks for i in indices] + large)
     return tf.gather(tf.concat(counts, 0), inverse)
+
+
+def _chunked_bucket_counts(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
+    """`bucket_counts` of `elementwise_ratios(before, after)`, a chunk of the flattened
+    elements after the other."""
+    old, new = tf.reshape(before, [-1]), tf.reshape(after, [-1])
+    size = tf.size(old)
+
+    def add_chunk(start, counts):
+        end = tf.minimum(start + STACKED_MAX_ELEMENTS, size)
+        chunk = elementwise_ratios(old[start:end], new[start:end])
+        return end, counts + summary.bucket_counts(chunk)
+
+    _, counts = tf.while_loop(
+        lambda start, _: start < size,
+        add_chunk,
+        (tf.constant(0), tf.zeros([metadata.NUM_BUCKETS], tf.int64)),
+    )
+    return counts
 
 
 def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:

@@ -349,27 +349,3 @@ def test_series_of_the_skipped_step_marker(skipping):
     assert series["values"] == [float(step in SKIPPED) for step in range(8)]
     exported = json.loads(skipping.get("export", run="skipping", format="json").get_data())
     assert set(exported) == {"net/w", "net/b"}  # the marker is not a ratio
-
-
-def test_skipped_steps_survive_sampling_with_the_ratios(tmp_path):
-    """Kept to 10 steps per tag (the Python loader's reservoir): the marker keeps the same
-    steps as the ratios, so every kept skipped step is still marked."""
-    variables = [tf.Variable(np.ones(4, np.float32), name="net/w")]
-    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-3))
-    writer = tf.summary.create_file_writer(str(tmp_path / "long"))
-    with writer.as_default():
-        for step in range(200):
-            grad = tf.fill((4,), np.inf) if step % 3 == 0 else tf.ones(4)
-            with wur_summary.watch(variables, step=step):
-                optimizer.apply([optimizer.scale_loss(grad)], variables)
-    writer.close()
-    sampled = Backend(str(tmp_path), samples=10)
-    assert sampled.json("runs")["runs"][0]["layers"][0]["logged_steps"] == 10
-    header, arrays = sampled.heatmap(run="long")
-    steps = arrays["column_first"].astype(int)
-    assert len(steps) == 10 and steps[-1] == 199  # the reservoir keeps the last step
-    skipped = list(arrays[header["runs"][0]["skipped"]])
-    assert skipped == [int(step % 3 == 0) for step in steps]
-    assert any(skipped) and not all(skipped)
-    codes = arrays[header["runs"][0]["codes"]]
-    assert [code == heatmap.CODE_ZERO for code in codes] == [bool(s) for s in skipped]

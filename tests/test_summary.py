@@ -1,8 +1,12 @@
+import glob
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from helpers import read_events, reference_buckets
+from tensorboard.backend.event_processing import event_file_loader
+
 from tb_wur_plugin import metadata, summary, wur_summary
 
 
@@ -178,6 +182,14 @@ def test_positive_ratios_below_float32_range_are_not_stored_as_zero(logdir, writ
     assert values == [float(np.finfo(np.float32).smallest_subnormal), 0.0, np.inf]
 
 
+def _the_only_event(logdir):
+    """The one event with summaries in `logdir`'s one event file, as TensorBoard reads it."""
+    (path,) = glob.glob(logdir + "/events*")
+    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value]
+    assert len(events) == 1
+    return events[0]
+
+
 def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, writer):
     tags = ["a/kernel", "b/bias", "ü/unicode tag " + "x" * 200]
     metas = [metadata.create_summary_metadata(metadata.KIND_RATIO, f"about {t}", i)
@@ -186,13 +198,9 @@ def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, w
     with writer.as_default(), tf.summary.record_if(True):
         summary.write_scalars(tags, values, 4, metas, summary.writer_resource(writer))
     writer.flush()
-    import glob
-    from tensorboard.backend.event_processing import event_file_loader
-
-    (path,) = glob.glob(logdir + "/events*")
-    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value]
-    assert len(events) == 1 and events[0].step == 4
-    for value, tag, meta, want in zip(events[0].summary.value, tags, metas, values.numpy()):
+    event = _the_only_event(logdir)
+    assert event.step == 4
+    for value, tag, meta, want in zip(event.summary.value, tags, metas, values.numpy()):
         assert value.tag == tag and value.metadata == meta
         assert value.tensor.dtype == tf.float32.as_datatype_enum
         got = tf.make_ndarray(value.tensor)
@@ -206,13 +214,9 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
     with writer.as_default(), tf.summary.record_if(True):
         summary.write_tensors(tags, rows, 7, metas, summary.writer_resource(writer))
     writer.flush()
-    import glob
-    from tensorboard.backend.event_processing import event_file_loader
-
-    (path,) = glob.glob(logdir + "/events*")
-    events = [e for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value]
-    assert len(events) == 1 and events[0].step == 7
-    for value, tag, meta, want in zip(events[0].summary.value, tags, metas, rows.numpy()):
+    event = _the_only_event(logdir)
+    assert event.step == 7
+    for value, tag, meta, want in zip(event.summary.value, tags, metas, rows.numpy()):
         assert value.tag == tag and value.metadata == meta
         np.testing.assert_array_equal(tf.make_ndarray(value.tensor), want)
     with pytest.raises(ValueError, match="shape"):
