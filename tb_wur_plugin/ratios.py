@@ -366,10 +366,17 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
             before[i] = value
         return record(watched, before, step_value, histograms)
 
+    # Each branch that records is one call of a function kept out of line: when the
+    # condition is false, the step skips one op instead of hundreds.
+    take_snapshot = tf.function(take_snapshot, experimental_attributes=_NOT_INLINED)
+    record_snapshot = tf.function(record_snapshot, experimental_attributes=_NOT_INLINED)
     should_record = tf.summary.should_record_summaries()
     step_value, stacked = tf.cond(should_record, take_snapshot, no_snapshot)
     yield
     tf.cond(should_record, lambda: record_snapshot(stacked), lambda: tf.constant(False))
+
+
+_NOT_INLINED = {"_noinline": True}
 
 
 def _write_ratios(
