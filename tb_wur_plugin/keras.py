@@ -34,9 +34,20 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         callback writes into `log_dir/train`.
       update_freq: log every this many optimizer steps (an int >= 1).
       histograms: also write the histogram of each variable's elementwise ratios.
+      flush_millis: None (default) writes each logged step to the event file at once, so
+        that a killed job loses at most the step being written. An int >= 1 lets the writer
+        buffer logged steps and flush when a step comes at least this many milliseconds
+        after the last flush, at each epoch's end and at the end of training: fewer writes,
+        for filesystems where each flush is costly (object stores rewrite the file).
     """
 
-    def __init__(self, log_dir: str | os.PathLike, update_freq: int = 100, histograms: bool = False):
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        update_freq: int = 100,
+        histograms: bool = False,
+        flush_millis: int | None = None,
+    ):
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}: {log_dir!r}")
@@ -50,7 +61,13 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             raise TypeError(f"histograms must be a bool, got {histograms!r}")
         self.log_dir = os.fspath(log_dir)
         self.update_freq = int(update_freq)
+        if flush_millis is not None and (
+            isinstance(flush_millis, bool) or not isinstance(flush_millis, (int, np.integer))
+            or flush_millis < 1
+        ):
+            raise ValueError(f"flush_millis must be None or an int >= 1, got {flush_millis!r}")
         self.histograms = histograms
+        self.flush_millis = None if flush_millis is None else int(flush_millis)
         self._writer = None
         self._pending = None
         self._warned_no_weights = False
@@ -73,7 +90,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             self._writer = tf.summary.create_noop_writer()
             self._step_bound, self._next_logged = 0, float("inf")
             return
-        self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "train"))
+        self._writer = tf.summary.create_file_writer(
+            os.path.join(self.log_dir, "train"), flush_millis=self.flush_millis
+        )
         self._warned_no_weights = False
         # `optimizer.iterations` is read only near logged steps: `_step_bound` is at least
         # the number of updates applied so far (each batch adds at most one), and
@@ -97,7 +116,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._pending = (step, watched, ratios.snapshot(watched))
         rate = _learning_rate(self.model.optimizer)
         if rate is not None:
-            with self._writer.as_default():
+            with self._writing():
                 summary.learning_rate(rate, step=step)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -105,7 +124,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return
         step, watched, before = self._pending
         self._pending = None
-        with self._writer.as_default():
+        with self._writing():
             ratios.record(watched, before, step, self.histograms)
         self._next_logged = step + self.update_freq
 
@@ -116,6 +135,12 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._pending = None
         self._writer.close()
         self._writer = None
+
+    def _writing(self):
+        """The writer as the default one; flushed on leaving unless `flush_millis` is set."""
+        if self.flush_millis is None:
+            return self._writer.as_default()
+        return summary.default_writer_until_exit(self._writer)
 
     def _read_step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())

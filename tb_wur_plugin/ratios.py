@@ -72,6 +72,7 @@ def update_ratios(
 
 
 STACKED_MAX_ELEMENTS = 1 << 16
+CHUNK_ELEMENTS = 1 << 20
 
 # Below this a float32 sum of squares may have lost precision to underflow.
 _SMALLEST_SAFE_SUM = 1e-30
@@ -139,7 +140,7 @@ def histogram_counts(
 ) -> tf.Tensor:
     """int64[n, NUM_BUCKETS]: `bucket_counts` of each pair's `elementwise_ratios`; small
     variables stacked by shape and dtype, one bucketing per stack; large ones one after the
-    other, STACKED_MAX_ELEMENTS elements at a time, so that the temporaries stay that small."""
+    other, CHUNK_ELEMENTS elements at a time, so that the temporaries stay that small."""
     stacks, large = _partition(before)
     counts, previous = [], []
     for indices in stacks:
@@ -164,7 +165,7 @@ def _chunked_bucket_counts(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
     size = tf.size(old)
 
     def add_chunk(start, counts):
-        end = tf.minimum(start + STACKED_MAX_ELEMENTS, size)
+        end = tf.minimum(start + CHUNK_ELEMENTS, size)
         chunk = elementwise_ratios(old[start:end], new[start:end])
         return end, counts + summary.bucket_counts(chunk)
 

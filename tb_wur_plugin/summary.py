@@ -8,7 +8,8 @@ returns a Python bool (True when written); inside a `tf.function`, a boolean ten
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -210,6 +211,18 @@ def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
 def default_writer() -> tf.summary.SummaryWriter | None:
     """The default summary writer (TensorFlow has no public accessor for it)."""
     return summary_ops_v2._summary_state.writer
+
+
+@contextlib.contextmanager
+def default_writer_until_exit(writer: tf.summary.SummaryWriter) -> Iterator[None]:
+    """`writer` as the default writer inside the block, like `writer.as_default()` but
+    without flushing it on exit."""
+    state = summary_ops_v2._summary_state
+    previous, state.writer = state.writer, writer
+    try:
+        yield
+    finally:
+        state.writer = previous
 
 
 def writer_resource(writer: tf.summary.SummaryWriter | None) -> tf.Tensor | None:

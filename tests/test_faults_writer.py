@@ -121,6 +121,22 @@ def test_the_callback_flushes_each_logged_step_when_it_writes_it(logdir):
     assert probe.seen == [[0], [0], [0, 2], [0, 2], [0, 2, 4]]
 
 
+def test_the_callback_with_flush_millis_buffers_logged_steps_until_the_epoch_ends(logdir):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    probe = FileProbe(os.path.join(logdir, "train"))
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2, flush_millis=600_000)
+    model.fit(np.ones((20, 3)), np.zeros((20, 2)), batch_size=4, epochs=2, verbose=0,
+              callbacks=[callback, probe])
+    # Nothing reaches the file within the first epoch; its steps at its end, not before.
+    assert probe.seen[:5] == [[]] * 5
+    assert probe.seen[5] == [0, 2, 4]
+    assert _steps(ratio_series(os.path.join(logdir, "train"))) == [0, 2, 4, 6, 8]
+    with pytest.raises(ValueError, match="flush_millis"):
+        WeightUpdateRatioCallback(logdir, flush_millis=0)
+
+
 @pytest.mark.parametrize(
     "flush_millis,block_per_step,visible",
     [(None, False, []), (50, False, [0, 1]), (None, True, [0, 1])],

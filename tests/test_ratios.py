@@ -157,7 +157,9 @@ def test_update_ratios_keep_order_across_stacks_dtypes_and_large_variables():
     np.testing.assert_allclose(got.numpy(), expected, rtol=3e-7)
 
 
-def test_histogram_counts_keep_order_across_stacks_and_large_variables():
+@pytest.mark.parametrize("chunk", [1 << 20, 999], ids=["one-chunk", "chunks"])
+def test_histogram_counts_keep_order_across_stacks_and_large_variables(monkeypatch, chunk):
+    monkeypatch.setattr(ratios, "CHUNK_ELEMENTS", chunk)
     rng = np.random.default_rng(4)
     shapes = [(4, 3), (70_000,), (3,), (4, 3), (3,)]
     before = [rng.normal(size=s).astype(np.float32) for s in shapes]
