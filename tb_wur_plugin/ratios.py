@@ -35,8 +35,9 @@ def update_ratios(
     share a shape and dtype are stacked and reduced together, one reduction per shape;
     larger ones one after the other, so that one update Δw is held at a time (an `after`
     that is a variable is read only then). Where a sum may have overflowed, underflowed or
-    is not finite, all sums are taken again scaled: Σx² = m² · Σ(x/m)² with m = max|x|,
-    which neither overflows nor underflows.
+    is not finite, all sums are taken again scaled: log Σx² = 2 log m + log Σ(x/m)² with
+    m = max|x|, which neither overflows nor underflows, and the ratio is
+    exp((log Σ(Δw)² − log Σw²) / 2).
     """
     if not before:
         return tf.zeros([0], tf.float64)
@@ -48,9 +49,9 @@ def update_ratios(
         deltas.append(tf.cast(tf.stack([_read(after[i]) for i in stack]), dtype) - olds[-1])
     large_pairs = [(before[i], after[i]) for i in large]
 
-    def sums(scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        weights = [_sum_of_squares(old, _rows(old), scaled) for old in olds]
-        updates = [_sum_of_squares(delta, _rows(delta), scaled) for delta in deltas]
+    def log_sums(scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        weights = [_log_sum_of_squares(old, _rows(old), scaled) for old in olds]
+        updates = [_log_sum_of_squares(delta, _rows(delta), scaled) for delta in deltas]
         if large_pairs:
             large_weights, large_updates = _sums_one_by_one(large_pairs, scaled)
             weights.append(large_weights)
@@ -58,16 +59,20 @@ def update_ratios(
         inverse = np.argsort([i for stack in stacks for i in stack] + large)
         return tf.gather(tf.concat(weights, 0), inverse), tf.gather(tf.concat(updates, 0), inverse)
 
-    weights, updates = sums(scaled=False)
+    weights, updates = log_sums(scaled=False)
+    safe = np.log(_SMALLEST_SAFE_SUM)
     suspect = ~(
         tf.math.is_finite(weights) & tf.math.is_finite(updates)
-        & (weights > _SMALLEST_SAFE_SUM) & (updates > _SMALLEST_SAFE_SUM)
+        & (weights > safe) & (updates > safe)
     )
     weights, updates = tf.cond(
-        tf.reduce_any(suspect), lambda: sums(scaled=True), lambda: (weights, updates)
+        tf.reduce_any(suspect), lambda: log_sums(scaled=True), lambda: (weights, updates)
     )
-    ratio = tf.where(updates == 0, tf.zeros_like(updates), tf.sqrt(updates) / tf.sqrt(weights))
-    finite = tf.math.is_finite(weights) & tf.math.is_finite(updates)
+    # log 0 = -inf: nothing moved gives 0, zero weights that moved +inf
+    ratio = tf.where(
+        updates == -np.inf, tf.zeros_like(updates), tf.exp((updates - weights) / 2)
+    )
+    finite = ~tf.math.is_nan(weights + updates) & (weights < np.inf) & (updates < np.inf)
     return tf.where(finite, ratio, tf.fill(tf.shape(ratio), tf.constant(float("nan"), tf.float64)))
 
 
@@ -104,15 +109,15 @@ def _partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]
     return list(stacks.values()), large
 
 
-def _sum_of_squares(x: tf.Tensor, axes: list[int], scaled: bool) -> tf.Tensor:
-    """Σx² over `axes`, as float64; if `scaled`, as m² · Σ(x/m)² with m = max|x| (0 if m = 0,
-    NaN if x is not finite)."""
+def _log_sum_of_squares(x: tf.Tensor, axes: list[int] | None, scaled: bool) -> tf.Tensor:
+    """log Σx² over `axes`, in float64 (-inf if x = 0, NaN or +inf if x is not finite); if
+    `scaled`, as 2 log m + log Σ(x/m)² with m = max|x|."""
     if not scaled:
-        return tf.cast(tf.reduce_sum(tf.square(x), axes), tf.float64)
+        return tf.math.log(tf.cast(tf.reduce_sum(tf.square(x), axes), tf.float64))
     top = tf.reduce_max(tf.abs(x), axes, keepdims=True)
     scaled_sum = tf.reduce_sum(tf.square(x / tf.where(top > 0, top, tf.ones_like(top))), axes)
     top = tf.cast(tf.reshape(top, tf.shape(scaled_sum)), tf.float64)
-    return tf.cast(scaled_sum, tf.float64) * tf.square(top)
+    return 2 * tf.math.log(top) + tf.math.log(tf.cast(scaled_sum, tf.float64))
 
 
 def _rows(stacked: tf.Tensor) -> list[int]:
@@ -121,15 +126,15 @@ def _rows(stacked: tf.Tensor) -> list[int]:
 
 
 def _sums_one_by_one(pairs, scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64 vectors Σw² and Σ(Δw)² of (before, after) pairs, one pair after the other so
-    that one Δw is held at a time (an `after` that is a variable is read only then)."""
+    """float64 vectors log Σw² and log Σ(Δw)² of (before, after) pairs, one pair after the
+    other so that one Δw is held at a time (an `after` that is a variable is read only then)."""
     weights, updates, previous = [], [], []
     for before, after in pairs:
         dtype = _work_dtype(before)
         with tf.control_dependencies(previous):
             old = tf.cast(before, dtype)
-            update = _sum_of_squares(tf.cast(_read(after), dtype) - old, None, scaled)
-        weights.append(_sum_of_squares(old, None, scaled))
+            update = _log_sum_of_squares(tf.cast(_read(after), dtype) - old, None, scaled)
+        weights.append(_log_sum_of_squares(old, None, scaled))
         updates.append(update)
         previous = [update]
     return tf.stack(weights), tf.stack(updates)

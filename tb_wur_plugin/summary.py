@@ -181,13 +181,18 @@ def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
         edges[tf.newaxis, :], tf.gather_nd(values, near_edge)[tf.newaxis, :], side="right"
     )
     position = tf.tensor_scatter_nd_update(position, near_edge, tf.reshape(exact, [-1]))
-    bucket = position + metadata.UNDERFLOW_BUCKET
+    # Classified by their bits: TensorFlow's CPU kernels compare subnormals as zero.
+    int_type, inf_bits = (tf.int32, 0x7F800000) if values.dtype == tf.float32 else (
+        tf.int64, 0x7FF0000000000000)
+    bits = tf.bitcast(values, int_type)
+    positive = (bits > 0) & (bits < inf_bits)  # finite, > 0 (subnormals underflow)
+    zero = (bits == 0) | (bits == int_type.min)  # +0, -0
     bucket = tf.where(
-        values > 0,
-        bucket,
-        tf.where(values == 0, metadata.ZERO_BUCKET, metadata.NAN_BUCKET),
+        positive,
+        position + metadata.UNDERFLOW_BUCKET,
+        tf.where(zero, metadata.ZERO_BUCKET, metadata.NAN_BUCKET),
     )
-    bucket = tf.where(values == np.inf, metadata.INF_BUCKET, bucket)
+    bucket = tf.where(bits == inf_bits, metadata.INF_BUCKET, bucket)
     counts = tf.math.bincount(
         bucket,
         minlength=metadata.NUM_BUCKETS,
