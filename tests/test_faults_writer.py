@@ -247,7 +247,8 @@ def test_after_sigkill_every_flushed_step_is_exported(killed_runs, load_fast):
         assert len(series) == 4  # two Dense layers' kernels and biases
         steps = [sorted(points) for points in series.values()]
         assert all(s == list(range(len(s))) for s in steps), steps  # no gap in the file
-        assert min(len(s) for s in steps) >= LOGGED_BEFORE_KILL
+        torn = run == "torn"  # the callback's file less its last record, cut in half
+        assert min(len(s) for s in steps) >= LOGGED_BEFORE_KILL - torn
         assert max(len(s) for s in steps) < 10_000  # all kept by TensorBoard's sampling
     with TensorBoardServer(logdir, load_fast) as server:
         for run, series in intact.items():
