@@ -289,7 +289,7 @@ def record(
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
     """
-    writer = summary.writer_resource(summary.default_writer())
+    writer = summary.default_writer_resource("wur_summary.watch")
     if writer is None:  # no writer, or one that writes nothing
         return False if tf.executing_eagerly() else tf.constant(False)
     tags = tuple(w.tag for w in watched)

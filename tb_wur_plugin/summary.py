@@ -67,7 +67,7 @@ def write_scalars(
     tags: list[str], values: tf.Tensor, step: Any, metadatas: list, writer: tf.Tensor
 ) -> tf.Tensor:
     """Write `values[i]` (float32[n]) under `tags[i]` as one event carrying all of them, to
-    `writer` (a `writer_resource`), whatever `record_if` says.
+    `writer` (a `default_writer_resource`), whatever `record_if` says.
 
     One op writes them all, instead of one `tf.summary.write` per tag: the serialized
     `Summary` is the tags' constant prefixes joined with the values' four bytes each. It
@@ -230,14 +230,11 @@ def default_writer_until_exit(writer: tf.summary.SummaryWriter) -> Iterator[None
         state.writer = previous
 
 
-def writer_resource(writer: tf.summary.SummaryWriter | None) -> tf.Tensor | None:
-    """The resource handle the summary ops of `writer` take; None for no writer or a no-op
-    writer. Raises RuntimeError if the writer is closed."""
-    if writer is not None and getattr(writer, "_closed", False):
-        raise RuntimeError(
-            "the summary writer is closed (create a new one with tf.summary.create_file_writer)"
-        )
-    return getattr(writer, "_resource", None)
+def default_writer_resource(context: str) -> tf.Tensor | None:
+    """The resource handle the summary ops of the default writer take; None for no writer or
+    a no-op writer. Raises RuntimeError if the writer is closed (`check_default_writer_open`)."""
+    check_default_writer_open(context)
+    return getattr(default_writer(), "_resource", None)
 
 
 def static_recording() -> bool | None:

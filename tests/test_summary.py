@@ -196,7 +196,7 @@ def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, w
              for i, t in enumerate(tags)]
     values = tf.constant([1.5e-3, np.inf, np.nan], tf.float32)
     with writer.as_default(), tf.summary.record_if(True):
-        summary.write_scalars(tags, values, 4, metas, summary.writer_resource(writer))
+        summary.write_scalars(tags, values, 4, metas, summary.default_writer_resource("test"))
     writer.flush()
     event = _the_only_event(logdir)
     assert event.step == 4
@@ -212,7 +212,7 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
     metas = [metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, t) for t in tags]
     rows = tf.constant(np.arange(2 * metadata.NUM_BUCKETS).reshape(2, -1) * 10**12, tf.int64)
     with writer.as_default(), tf.summary.record_if(True):
-        summary.write_tensors(tags, rows, 7, metas, summary.writer_resource(writer))
+        summary.write_tensors(tags, rows, 7, metas, summary.default_writer_resource("test"))
     writer.flush()
     event = _the_only_event(logdir)
     assert event.step == 7
@@ -220,7 +220,7 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
         assert value.tag == tag and value.metadata == meta
         np.testing.assert_array_equal(tf.make_ndarray(value.tensor), want)
     with pytest.raises(ValueError, match="shape"):
-        summary.write_tensors(tags, rows[:1], 7, metas, summary.writer_resource(writer))
+        summary.write_tensors(tags, rows[:1], 7, metas, summary.default_writer_resource("test"))
 
 
 def test_bucket_counts_by_row_equals_bucket_counts_of_each_row():
