@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import assert_ratios_close, ratio_series, reference_ratio
+from measure_sparse_memory import embedding_model
 from tb_wur_plugin import wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
 from test_keras_callback import ReferenceRatios
@@ -30,13 +31,7 @@ ROWS, WIDTH = 50_000, 64
 
 
 def _model_and_data():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((8,), dtype="int32"),
-        keras.layers.Embedding(ROWS, WIDTH, name="embed"),
-        keras.layers.GlobalAveragePooling1D(),
-        keras.layers.Dense(1, name="head"),
-    ])
+    model = embedding_model(ROWS, WIDTH)
     rng = np.random.default_rng(0)
     x = rng.integers(0, ROWS, size=(32, 8)).astype("int32")
     y = rng.normal(size=(32, 1)).astype("float32")
