@@ -90,10 +90,11 @@ class Variants:
     def bare_body(self):
         self._apply(self._grads())
 
-    def watch_body(self, histograms=False):
+    def watch_body(self, histograms=False, from_optimizer=True):
         grads = self._grads()
         with wur_summary.watch(self.variables, step=self.optimizer.iterations,
-                               histograms=histograms):
+                               histograms=histograms,
+                               optimizer=self.optimizer if from_optimizer else None):
             self._apply(grads)
 
     def global_norm_body(self):
@@ -137,6 +138,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable, str]]:
     plain = tf.function(v.watch_body)  # called without a writer: the recommended idle step
     logged = tf.function(v.watch_body)
     logged_histograms = tf.function(lambda: v.watch_body(histograms=True))
+    logged_snapshot = tf.function(lambda: v.watch_body(from_optimizer=False))
     gated = tf.function(v.watch_body)
     global_norm = tf.function(v.global_norm_body)
     naive = tf.function(v.naive_body)
@@ -163,6 +165,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable, str]]:
         "recommended: idle step": (plain, "idle"),
         "recommended: logged step": (always(logged), "recording"),
         "recommended: logged step, histograms": (always(logged_histograms), "recording"),
+        "recommended, no optimizer=: logged": (always(logged_snapshot), "recording"),
         "watch + record_if: idle": (under_writer(gated, False), "idle"),
         "watch + record_if: logged": (under_writer(gated, True), "recording"),
         "global norm every step": (always(global_norm), "recording"),

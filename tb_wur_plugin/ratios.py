@@ -25,49 +25,56 @@ class WatchedVariable(NamedTuple):
 
 
 def update_ratios(
-    before: Sequence[tf.Tensor], after: Sequence[tf.Tensor | tf.Variable]
+    before: Sequence[tf.Tensor],
+    after: Sequence[tf.Tensor | tf.Variable],
+    changes: Sequence[tf.Tensor | None] | None = None,
 ) -> tf.Tensor:
-    """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above.
+    """float64[n]: ‖after_i − before_i‖₂ / ‖before_i‖₂ for each pair, with the conventions above;
+    where `changes[i]` is given, it is Δw itself (or −Δw) and `after[i]` is not read.
 
-    The sums of squares Σw² and Σ(Δw)² are taken in the variables' precision (at least
-    float32) by TensorFlow's pairwise reductions: relative error about 1e-7 (at most 1.6e-7
-    measured, 64 to 5e7 elements). Variables of up to STACKED_MAX_ELEMENTS elements that
-    share a shape and dtype are stacked and reduced together, one reduction per shape;
-    larger ones one after the other, so that one update Δw is held at a time (an `after`
-    that is a variable is read only then). Where a sum may have overflowed, underflowed or
-    is not finite, all sums are taken again scaled: log Σx² = 2 log m + log Σ(x/m)² with
-    m = max|x|, which neither overflows nor underflows, and the ratio is
-    exp((log Σ(Δw)² − log Σw²) / 2).
+    The ratio is exp((log Σ(Δw)² − log Σw²) / 2), from sums of squares that neither
+    overflow nor underflow. Variables of up to STACKED_MAX_ELEMENTS elements that share a
+    shape and dtype are stacked and reduced together, one reduction per shape; larger ones
+    one after the other, so that one update Δw is held at a time (an `after` that is a
+    variable is read only then). Sums of the stacks, and of large vectors of up to
+    CHUNK_ELEMENTS elements, are taken in float64 (exact squares of 32-bit or narrower
+    values, far from float64's limits). Other large variables, and float64 ones, are summed
+    in their own precision (at least float32) along their last axis, the row sums in
+    float64: relative error about 1e-7 (at most 1.6e-7 measured, 64 to 5e7 elements);
+    where such a sum may have overflowed or underflowed it is taken again scaled:
+    log Σx² = 2 log m + log Σ(x/m)² with m = max|x|. No conditional spans all variables:
+    each such sum has its own.
     """
     if not before:
         return tf.zeros([0], tf.float64)
+    changes = list(changes or [None] * len(before))
     stacks, large = _partition(before)
-    olds, deltas = [], []  # per stack: the stacked weights and updates, in the work dtype
+    weights, updates = [], []  # log sums per stack, then per large variable
     for stack in stacks:
         dtype = _work_dtype(before[stack[0]])
-        olds.append(tf.cast(tf.stack([before[i] for i in stack]), dtype))
-        deltas.append(tf.cast(tf.stack([_read(after[i]) for i in stack]), dtype) - olds[-1])
-    large_pairs = [(before[i], after[i]) for i in large]
-
-    def log_sums(scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        weights = [_log_sum_of_squares(old, _rows(old), scaled) for old in olds]
-        updates = [_log_sum_of_squares(delta, _rows(delta), scaled) for delta in deltas]
-        if large_pairs:
-            large_weights, large_updates = _sums_one_by_one(large_pairs, scaled)
-            weights.append(large_weights)
-            updates.append(large_updates)
-        inverse = np.argsort([i for stack in stacks for i in stack] + large)
-        return tf.gather(tf.concat(weights, 0), inverse), tf.gather(tf.concat(updates, 0), inverse)
-
-    weights, updates = log_sums(scaled=False)
-    safe = np.log(_SMALLEST_SAFE_SUM)
-    suspect = ~(
-        tf.math.is_finite(weights) & tf.math.is_finite(updates)
-        & (weights > safe) & (updates > safe)
-    )
-    weights, updates = tf.cond(
-        tf.reduce_any(suspect), lambda: log_sums(scaled=True), lambda: (weights, updates)
-    )
+        old = tf.cast(tf.stack([before[i] for i in stack]), dtype)
+        if all(changes[i] is None for i in stack):
+            delta = tf.cast(tf.stack([_read(after[i]) for i in stack]), dtype) - old
+        else:
+            delta = tf.cast(tf.stack([
+                _read(after[i]) - before[i] if changes[i] is None else changes[i] for i in stack
+            ]), dtype)
+        weights.append(_stacked_log_sums(old))
+        updates.append(_stacked_log_sums(delta))
+    previous: list[tf.Tensor] = []
+    for i in large:
+        if changes[i] is None:  # one Δw at a time, each read after the previous one's sum
+            with tf.control_dependencies(previous):
+                old = tf.cast(before[i], _work_dtype(before[i]))
+                delta = tf.cast(_read(after[i]), old.dtype) - old
+                updates.append(_log_sums(delta))
+            previous = [updates[-1]]
+        else:  # the optimizer's Δw: summed as soon as it is computed
+            updates.append(_log_sums(changes[i]))
+        weights.append(_log_sums(before[i]))
+    inverse = np.argsort([i for stack in stacks for i in stack] + large)
+    weights = tf.gather(tf.concat(weights, 0), inverse)
+    updates = tf.gather(tf.concat(updates, 0), inverse)
     # log 0 = -inf: nothing moved gives 0, zero weights that moved +inf
     ratio = tf.where(
         updates == -np.inf, tf.zeros_like(updates), tf.exp((updates - weights) / 2)
@@ -113,31 +120,54 @@ def _log_sum_of_squares(x: tf.Tensor, axes: list[int] | None, scaled: bool) -> t
     """log Σx² over `axes`, in float64 (-inf if x = 0, NaN or +inf if x is not finite); if
     `scaled`, as 2 log m + log Σ(x/m)² with m = max|x|."""
     if not scaled:
-        return tf.math.log(tf.cast(tf.reduce_sum(tf.square(x), axes), tf.float64))
+        return tf.math.log(_sum(tf.square(x), axes))
     top = tf.reduce_max(tf.abs(x), axes, keepdims=True)
-    scaled_sum = tf.reduce_sum(tf.square(x / tf.where(top > 0, top, tf.ones_like(top))), axes)
+    scaled_sum = _sum(tf.square(x / tf.where(top > 0, top, tf.ones_like(top))), axes)
     top = tf.cast(tf.reshape(top, tf.shape(scaled_sum)), tf.float64)
-    return 2 * tf.math.log(top) + tf.math.log(tf.cast(scaled_sum, tf.float64))
+    return 2 * tf.math.log(top) + tf.math.log(scaled_sum)
+
+
+def _sum(x: tf.Tensor, axes: list[int] | None) -> tf.Tensor:
+    """Σx over `axes` in float64: along the last axis in x's precision, the partial sums
+    (one per row) in float64, so that no single float32 sum runs over more than a row."""
+    rank = x.shape.rank
+    axes = list(range(rank)) if axes is None else axes
+    if x.dtype == tf.float64 or rank - 1 not in axes or rank < 2:
+        return tf.cast(tf.reduce_sum(x, axes), tf.float64)
+    rows = tf.cast(tf.reduce_sum(x, -1), tf.float64)
+    return tf.reduce_sum(rows, [axis for axis in axes if axis != rank - 1])
+
+
+def _stacked_log_sums(stacked: tf.Tensor) -> tf.Tensor:
+    """float64[rows]: log Σx² of each row of `stacked` (one variable each), summed in float64
+    unless the variables are float64 (then checked as `_checked_log_sum_of_squares`)."""
+    if stacked.dtype == tf.float64:
+        return _checked_log_sum_of_squares(stacked, _rows(stacked))
+    return _log_sum_of_squares(tf.cast(stacked, tf.float64), _rows(stacked), scaled=False)
+
+
+def _log_sums(x: tf.Tensor, axes: list[int] | None = None) -> tf.Tensor:
+    """float64[rows]: log Σx² over `axes` (default: all, one row) of a large variable. A
+    vector of at most CHUNK_ELEMENTS elements is summed in float64 (a float64 copy of that
+    size is cheap); else as `_checked_log_sum_of_squares`, rows in x's precision."""
+    if x.dtype != tf.float64 and _size(x) <= CHUNK_ELEMENTS and x.shape.rank < 2:
+        return tf.reshape(_log_sum_of_squares(tf.cast(x, tf.float64), axes, scaled=False), [-1])
+    return _checked_log_sum_of_squares(x, axes)
+
+
+def _checked_log_sum_of_squares(x: tf.Tensor, axes: list[int] | None = None) -> tf.Tensor:
+    """float64[rows]: log Σx² over `axes` (default: all, one row), in x's precision (at least
+    float32), all taken again scaled if one plain sum may have overflowed or underflowed."""
+    x = tf.cast(x, _work_dtype(x))
+    plain = _log_sum_of_squares(x, axes, scaled=False)
+    suspect = tf.reduce_any(~tf.math.is_finite(plain) | (plain <= np.log(_SMALLEST_SAFE_SUM)))
+    checked = tf.cond(suspect, lambda: _log_sum_of_squares(x, axes, scaled=True), lambda: plain)
+    return tf.reshape(checked, [-1])
 
 
 def _rows(stacked: tf.Tensor) -> list[int]:
     """The axes of one stacked variable's elements."""
     return list(range(1, stacked.shape.rank))
-
-
-def _sums_one_by_one(pairs, scaled: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """float64 vectors log Σw² and log Σ(Δw)² of (before, after) pairs, one pair after the
-    other so that one Δw is held at a time (an `after` that is a variable is read only then)."""
-    weights, updates, previous = [], [], []
-    for before, after in pairs:
-        dtype = _work_dtype(before)
-        with tf.control_dependencies(previous):
-            old = tf.cast(before, dtype)
-            update = _log_sum_of_squares(tf.cast(_read(after), dtype) - old, None, scaled)
-        weights.append(_log_sum_of_squares(old, None, scaled))
-        updates.append(update)
-        previous = [update]
-    return tf.stack(weights), tf.stack(updates)
 
 
 def histogram_counts(
@@ -277,14 +307,121 @@ def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
     return [w.variable.value() for w in watched]
 
 
+_ASSIGNS = {"assign_add": 1, "assign_sub": -1}  # method: sign of Δw
+_SPARSE_UPDATES = (
+    "scatter_add", "scatter_sub", "scatter_update", "scatter_max", "scatter_min",
+    "scatter_mul", "scatter_div", "scatter_nd_add", "scatter_nd_sub", "scatter_nd_update",
+    "scatter_nd_max", "scatter_nd_min", "batch_scatter_update",
+)
+
+
+@contextlib.contextmanager
+def captured_changes(variables: Sequence[tf.Variable]) -> Iterator[list[tf.Tensor | None]]:
+    """Record the changes made to `variables` in the block by their `assign`, `assign_add`
+    and `assign_sub` methods, through which Keras optimizers make every update (weight
+    decay and constraints included).
+
+    On exit the yielded list holds, per variable, ±Δw as those calls computed it (for
+    `assign`, the new value minus the value read just before), their sum if there were
+    several; None where Δw cannot be known so: no such call, a sparse update (`scatter_*`,
+    `tf.IndexedSlices`), or a value computed in another graph than the block's (in a
+    conditional's branch, as `LossScaleOptimizer` applies its updates, or in another
+    `tf.function`). Updates made by other means (raw ops on the variable's handle) are
+    not seen: use it only around updates made through those methods.
+    """
+    parts: list[list[tuple[int, tf.Tensor]] | None] = [[] for _ in variables]
+    saved = []
+
+    def assign_recorder(index, variable, method, original, sign):
+        def assign(value, *args, **kwargs):
+            if parts[index] is not None:
+                if isinstance(value, tf.IndexedSlices):
+                    parts[index] = None
+                else:
+                    value = tf.convert_to_tensor(value, dtype=variable.dtype)
+                    if sign is None:  # read before the assignment, in program order
+                        parts[index].append((1, value - variable.value()))
+                    else:
+                        parts[index].append((sign, value))
+            return original(value, *args, **kwargs)
+        return assign
+
+    def sparse_recorder(index, original):
+        def update(*args, **kwargs):
+            parts[index] = None
+            return original(*args, **kwargs)
+        return update
+
+    try:
+        for index, variable in enumerate(variables):
+            for method in (*_ASSIGNS, *_SPARSE_UPDATES):
+                original = getattr(variable, method, None)
+                if original is None:
+                    continue
+                saved.append((variable, method, variable.__dict__.get(method, _MISSING)))
+                if method in _ASSIGNS:
+                    wrapper = assign_recorder(index, variable, method, original, _ASSIGNS[method])
+                else:
+                    wrapper = sparse_recorder(index, original)
+                setattr(variable, method, wrapper)
+        changes: list[tf.Tensor | None] = [None] * len(variables)
+        yield changes
+    finally:
+        for variable, method, previous in reversed(saved):
+            if previous is _MISSING:
+                delattr(variable, method)
+            else:
+                setattr(variable, method, previous)
+    for index, made in enumerate(parts):
+        if not made or not all(_in_this_graph(change) for _, change in made):
+            continue
+        changes[index] = made[0][1] if len(made) == 1 else tf.add_n(
+            [change if sign > 0 else -change for sign, change in made]
+        )
+
+
+_MISSING = object()
+
+
+def _in_this_graph(tensor: tf.Tensor) -> bool:
+    if tf.executing_eagerly():
+        return not tf.is_symbolic_tensor(tensor)
+    return getattr(tensor, "graph", None) is tf.compat.v1.get_default_graph()
+
+
+def _captures_changes(optimizer: Any, watched: Sequence[WatchedVariable]) -> bool:
+    """Whether `watch` takes Δw from `optimizer`'s updates (`captured_changes`): a Keras
+    optimizer, outside `tf.distribute` (whose updates go to each replica's copy)."""
+    if optimizer is None:
+        return False
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"wur_summary.watch: optimizer must be a keras.optimizers.Optimizer, whose updates "
+            f"go through the variables' assign methods; got {type(optimizer).__name__}. "
+            "Leave optimizer out to compare the weights before and after instead."
+        )
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"wur_summary.watch: optimizer= needs Keras's TensorFlow backend, not "
+            f"{keras.backend.backend()!r}"
+        )
+    return not tf.distribute.has_strategy() and not any(
+        isinstance(w.variable, tf.distribute.DistributedValues) for w in watched
+    )
+
+
 def record(
     watched: Sequence[WatchedVariable],
     before: Sequence[tf.Tensor],
     step: Any,
     histograms: bool = False,
+    changes: Sequence[tf.Tensor | None] | None = None,
 ):
     """Write the ratio (and histogram) of each watched variable's change since `before`,
-    and the skipped-step marker (1 if no watched variable changed).
+    and the skipped-step marker (1 if no watched variable changed). Where `changes[i]` is
+    given (see `captured_changes`), it is the change, and the ratio reads no variable.
 
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
@@ -294,13 +431,16 @@ def record(
         return False if tf.executing_eagerly() else tf.constant(False)
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
+    changes = list(changes or [None] * len(watched))
     write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
-    written = write(tags, variables, list(before), _read_step(step), histograms, writer)
+    written = write(tags, variables, list(before), _read_step(step), histograms, writer, changes)
     return bool(written) if tf.executing_eagerly() else written
 
 
 @contextlib.contextmanager
-def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterator[None]:
+def watch(
+    variables: Any, step: Any = None, histograms: bool = False, optimizer: Any = None
+) -> Iterator[None]:
     """Log the weight-update ratio of each of `variables` for the update made in the block.
 
     Snapshots the variables on entry and writes, on exit, one ratio per variable (and with
@@ -311,12 +451,21 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     tensor or callable `record_if` condition it adds one conditional on entry and one on
     exit, which run the snapshot and the ratios only when the condition holds.
 
+    With `optimizer` (a Keras optimizer, whose update the block makes), Δw is taken from
+    the optimizer's own update (`captured_changes`) on steps whose recording is known when
+    traced: the ratio needs no second read of the weights and no subtraction. It is the
+    update the optimizer computed, which differs from the change of the stored weights by
+    float rounding of w + Δw (relative 2⁻²⁴ |w_i| / |Δw_i| per element in float32).
+    Variables whose update it cannot see so (see `captured_changes`) are compared before
+    and after as without it.
+
     Under a synchronous `tf.distribute` strategy it may wrap `optimizer.apply_gradients` in
     the replica function (only replica 0 logs, as for `tf.summary`) or wrap `strategy.run`
     in cross-replica context; either way each update is logged once, by the chief alone
     (`writes_summaries`): on the other workers of a multi-worker strategy it does nothing.
     """
     watched = watched_variables(variables)
+    capturing = _captures_changes(optimizer, watched)
     recording = summary.static_recording()
     if recording is None and tf.executing_eagerly():
         recording = bool(tf.summary.should_record_summaries())
@@ -337,8 +486,13 @@ def watch(variables: Any, step: Any = None, histograms: bool = False) -> Iterato
     if recording:  # known now: eagerly, or constant conditions in a graph
         step_value = _read_step(step)
         before = snapshot(watched)
-        yield
-        record(watched, before, step_value, histograms)
+        if not capturing:
+            yield
+            record(watched, before, step_value, histograms)
+            return
+        with captured_changes([w.variable for w in watched]) as changes:
+            yield
+        record(watched, before, step_value, histograms, changes)
         return
 
     # The snapshot leaves the conditional as one stacked tensor per shape of small
@@ -392,10 +546,11 @@ def _write_ratios(
     step: tf.Tensor,
     histograms: bool,
     writer: tf.Tensor,
+    changes: list[tf.Tensor | None],
 ) -> tf.Tensor:
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
-    ratios = update_ratios(before, variables)  # large variables are read one at a time
+    ratios = update_ratios(before, variables, changes)  # large variables read one at a time
     skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     written = [
