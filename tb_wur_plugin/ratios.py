@@ -171,37 +171,49 @@ def _rows(stacked: tf.Tensor) -> list[int]:
 
 
 def histogram_counts(
-    before: Sequence[tf.Tensor], after: Sequence[tf.Tensor | tf.Variable]
+    before: Sequence[tf.Tensor],
+    after: Sequence[tf.Tensor | tf.Variable],
+    changes: Sequence[tf.Tensor | None] | None = None,
 ) -> tf.Tensor:
-    """int64[n, NUM_BUCKETS]: `bucket_counts` of each pair's `elementwise_ratios`; small
-    variables stacked by shape and dtype, one bucketing per stack; large ones one after the
-    other, CHUNK_ELEMENTS elements at a time, so that the temporaries stay that small."""
+    """int64[n, NUM_BUCKETS]: `bucket_counts` of each pair's `elementwise_ratios` (from
+    `changes[i]`, ±Δw, where given); small variables stacked by shape and dtype, one
+    bucketing per stack; large ones one after the other, CHUNK_ELEMENTS elements at a time,
+    so that the temporaries stay that small."""
+    changes = list(changes or [None] * len(before))
     stacks, large = _partition(before)
     counts, previous = [], []
     for indices in stacks:
-        stacked = elementwise_ratios(
-            tf.stack([before[i] for i in indices]),
-            tf.stack([_read(after[i]) for i in indices]),
-        )
-        counts.append(summary.bucket_counts_by_row(stacked))
+        old = _cast_to_work_dtype(tf.stack([before[i] for i in indices]))
+        delta = _cast_to_work_dtype(tf.stack([
+            _read(after[i]) - before[i] if changes[i] is None else changes[i] for i in indices
+        ])) if any(changes[i] is not None for i in indices) else (
+            _cast_to_work_dtype(tf.stack([_read(after[i]) for i in indices])) - old)
+        counts.append(summary.bucket_counts_by_row(_ratios_of_changes(old, delta)))
     for i in large:
         with tf.control_dependencies(previous):
-            one = _chunked_bucket_counts(before[i], _read(after[i]))
+            one = _chunked_bucket_counts(before[i], after[i], changes[i])
         counts.append(one[tf.newaxis])
         previous = [one]
     inverse = np.argsort([i for indices in stacks for i in indices] + large)
     return tf.gather(tf.concat(counts, 0), inverse)
 
 
-def _chunked_bucket_counts(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
-    """`bucket_counts` of `elementwise_ratios(before, after)`, a chunk of the flattened
-    elements after the other."""
-    old, new = tf.reshape(before, [-1]), tf.reshape(after, [-1])
+def _chunked_bucket_counts(
+    before: tf.Tensor, after: tf.Tensor | tf.Variable, change: tf.Tensor | None
+) -> tf.Tensor:
+    """`bucket_counts` of the elementwise ratios of one large variable, a chunk of the
+    flattened elements after the other."""
+    old = tf.reshape(before, [-1])
+    moved = tf.reshape(_read(after) if change is None else change, [-1])
     size = tf.size(old)
 
     def add_chunk(start, counts):
         end = tf.minimum(start + CHUNK_ELEMENTS, size)
-        chunk = elementwise_ratios(old[start:end], new[start:end])
+        chunk_old = _cast_to_work_dtype(old[start:end])
+        if change is None:
+            chunk = _ratios_of_changes(chunk_old, _cast_to_work_dtype(moved[start:end]) - chunk_old)
+        else:
+            chunk = _ratios_of_changes(chunk_old, _cast_to_work_dtype(moved[start:end]))
         return end, counts + summary.bucket_counts(chunk)
 
     _, counts = tf.while_loop(
@@ -214,10 +226,17 @@ def _chunked_bucket_counts(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
 
 def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
     """|after − before| / |before| elementwise, 0 where nothing moved (at least float32)."""
-    dtype = tf.float64 if before.dtype == tf.float64 else tf.float32
-    old = tf.cast(before, dtype)
-    delta = tf.cast(after, dtype) - old
+    old = _cast_to_work_dtype(before)
+    return _ratios_of_changes(old, _cast_to_work_dtype(after) - old)
+
+
+def _ratios_of_changes(old: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
+    """|delta| / |old| elementwise, 0 where delta = 0."""
     return tf.where(delta == 0, tf.zeros_like(delta), tf.abs(delta) / tf.abs(old))
+
+
+def _cast_to_work_dtype(x: tf.Tensor) -> tf.Tensor:
+    return tf.cast(x, _work_dtype(x))
 
 
 def watched_variables(variables: Any) -> list[WatchedVariable]:
@@ -307,7 +326,7 @@ def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
     return [w.variable.value() for w in watched]
 
 
-_ASSIGNS = {"assign_add": 1, "assign_sub": -1}  # method: sign of Δw
+_ASSIGNS = {"assign": None, "assign_add": 1, "assign_sub": -1}  # method: sign of Δw
 _SPARSE_UPDATES = (
     "scatter_add", "scatter_sub", "scatter_update", "scatter_max", "scatter_min",
     "scatter_mul", "scatter_div", "scatter_nd_add", "scatter_nd_sub", "scatter_nd_update",
@@ -577,7 +596,7 @@ def _write_ratios(
         written.append(
             summary.write_tensors(
                 [metadata.histogram_tag(tag) for tag in tags],
-                histogram_counts(before, variables),
+                histogram_counts(before, variables, changes),
                 step,
                 [
                     metadata.create_summary_metadata(
