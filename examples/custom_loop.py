@@ -32,8 +32,9 @@ def main() -> None:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
         # step: the number of updates applied before this one (0, 1, 2, ...)
+        # optimizer: Δw is taken from its update instead of a second read of the weights
         with wur_summary.watch(model.trainable_variables, step=optimizer.iterations,
-                               histograms=True):
+                               histograms=True, optimizer=optimizer):
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
