@@ -169,75 +169,6 @@ def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
         values = tf.cast(values, tf.float32)
     rows = tf.shape(values)[0]
     values = tf.reshape(values, [rows, tf.size(values) // tf.maximum(rows, 1)])
-    if values.dtype == tf.float32:
-        bucket = _float32_buckets(values)
-    else:
-        bucket = _buckets_by_log(values)
-    counts = tf.math.bincount(
-        bucket,
-        minlength=metadata.NUM_BUCKETS,
-        maxlength=metadata.NUM_BUCKETS,
-        dtype=tf.int64,
-        axis=-1,
-    )
-    counts.set_shape([ratios.shape[0], metadata.NUM_BUCKETS])
-    return counts
-
-
-# The float32 bucketing reads a value's bucket from its bits: its sign, exponent and first
-# 3 mantissa bits (a prefix spanning a factor of at most 2^(1/8)) hold at most one edge
-# (edges are 10^(1/4) apart), so each prefix has a lower bucket, an upper one and the bits of
-# the float32 edge between them. Bits compare as the non-negative floats they encode.
-_PREFIX_SHIFT = 20
-
-
-def _prefix_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """int32 tables by bit prefix: lower bucket, first bits of the upper one, upper bucket."""
-    edges = metadata.HISTOGRAM_EDGES.astype(np.float32)
-    count = 1 << (32 - _PREFIX_SHIFT)
-    lower = np.empty(count, np.int32)
-    upper = np.empty(count, np.int32)
-    threshold = np.full(count, np.iinfo(np.int32).max, np.int32)  # no edge inside
-    for prefix in range(count):
-        first = prefix << _PREFIX_SHIFT
-        last = first + (1 << _PREFIX_SHIFT) - 1
-        if prefix == 0:  # +0, then the positive subnormals (TensorFlow's zeros: underflow)
-            lower[prefix], threshold[prefix], upper[prefix] = (
-                metadata.ZERO_BUCKET, 1, metadata.UNDERFLOW_BUCKET)
-        elif prefix == count // 2:  # -0, then negative subnormals
-            lower[prefix], threshold[prefix], upper[prefix] = (
-                metadata.ZERO_BUCKET, np.iinfo(np.int32).min + 1, metadata.NAN_BUCKET)
-        elif prefix > count // 2 or first > 0x7F800000:  # negative, or NaN
-            lower[prefix] = upper[prefix] = metadata.NAN_BUCKET
-        elif first == 0x7F800000:  # +inf, then NaNs
-            lower[prefix], threshold[prefix], upper[prefix] = (
-                metadata.INF_BUCKET, 0x7F800001, metadata.NAN_BUCKET)
-        else:
-            low, high = np.array([first, last], np.uint32).view(np.float32)
-            below, above = np.searchsorted(edges, [low, high], side="right")
-            lower[prefix] = below + metadata.UNDERFLOW_BUCKET
-            upper[prefix] = above + metadata.UNDERFLOW_BUCKET
-            if above != below:
-                threshold[prefix] = edges[below:below + 1].view(np.int32)[0]
-    return lower, threshold, upper
-
-
-_LOWER, _THRESHOLD, _UPPER = _prefix_tables()
-
-
-def _float32_buckets(values: tf.Tensor) -> tf.Tensor:
-    """The bucket of each float32 value, from its bits (see `_prefix_tables`)."""
-    bits = tf.bitcast(values, tf.int32)
-    prefix = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, _PREFIX_SHIFT), 0xFFF)
-    return tf.where(
-        bits >= tf.gather(_THRESHOLD, prefix),
-        tf.gather(_UPPER, prefix),
-        tf.gather(_LOWER, prefix),
-    )
-
-
-def _buckets_by_log(values: tf.Tensor) -> tf.Tensor:
-    """The bucket of each float64 value: by log10, and a binary search near the edges."""
     # position p: 0 below the first edge, k + 1 in bin k, NUM_BINS + 1 at or above the last
     # (meaningless where x <= 0 or NaN: those are bucketed below).
     t = (tf.math.log(values) * (metadata.BINS_PER_DECADE / np.log(10.0))
@@ -261,7 +192,16 @@ def _buckets_by_log(values: tf.Tensor) -> tf.Tensor:
         position + metadata.UNDERFLOW_BUCKET,
         tf.where(zero, metadata.ZERO_BUCKET, metadata.NAN_BUCKET),
     )
-    return tf.where(bits == inf_bits, metadata.INF_BUCKET, bucket)
+    bucket = tf.where(bits == inf_bits, metadata.INF_BUCKET, bucket)
+    counts = tf.math.bincount(
+        bucket,
+        minlength=metadata.NUM_BUCKETS,
+        maxlength=metadata.NUM_BUCKETS,
+        dtype=tf.int64,
+        axis=-1,
+    )
+    counts.set_shape([ratios.shape[0], metadata.NUM_BUCKETS])
+    return counts
 
 
 def write(tag: str, data: Callable[[], tf.Tensor], step: Any, summary_metadata):
