@@ -223,6 +223,29 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
         summary.write_tensors(tags, rows[:1], 7, metas, summary.default_writer_resource("test"))
 
 
+def test_values_across_the_float32_range_are_bucketed_as_comparisons_with_the_edges_do():
+    """The first, last and a middle value of each run of 2^20 float32 bit patterns (all
+    signs and exponents), and the float32 edges with their neighbours: each value's bucket
+    by itself."""
+    starts = np.arange(1 << 12, dtype=np.uint32) << np.uint32(20)
+    bits = np.concatenate([starts, starts + (1 << 20) - 1, starts + 12345])
+    edges = metadata.HISTOGRAM_EDGES.astype(np.float32)
+    values = np.concatenate([
+        bits.astype(np.uint32).view(np.float32), edges,
+        np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(np.inf)),
+    ])
+    got = summary.bucket_counts_by_row(tf.constant(values[:, np.newaxis])).numpy()
+    assert (got.sum(axis=1) == 1).all()
+    with np.errstate(invalid="ignore"):
+        want = np.where(
+            np.isnan(values) | (values < 0), metadata.NAN_BUCKET,
+            np.where(values == 0, metadata.ZERO_BUCKET,
+                     np.where(values == np.inf, metadata.INF_BUCKET,
+                              np.searchsorted(edges, values, side="right")
+                              + metadata.UNDERFLOW_BUCKET)))
+    np.testing.assert_array_equal(got.argmax(axis=1), want)
+
+
 def test_bucket_counts_by_row_equals_bucket_counts_of_each_row():
     rng = np.random.default_rng(5)
     rows = np.abs(rng.normal(size=(4, 30)) * 10.0 ** rng.integers(-12, 4, size=(4, 30)))
