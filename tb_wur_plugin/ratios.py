@@ -11,7 +11,7 @@ follow the same conventions (0 where Δw_i = 0, +inf where w_i = 0 < |Δw_i|).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -64,14 +64,17 @@ def update_ratios(
     previous: list[tf.Tensor] = []
     for i in large:
         if changes[i] is None:  # one Δw at a time, each read after the previous one's sum
-            with tf.control_dependencies(previous):
+
+            def delta(i=i):
                 old = tf.cast(before[i], _work_dtype(before[i]))
-                delta = tf.cast(_read(after[i]), old.dtype) - old
+                return tf.cast(_read(after[i]), old.dtype) - old
+
+            with tf.control_dependencies(previous):
                 updates.append(_log_sums(delta))
             previous = [updates[-1]]
         else:  # the optimizer's Δw: summed as soon as it is computed
-            updates.append(_log_sums(changes[i]))
-        weights.append(_log_sums(before[i]))
+            updates.append(_log_sums(lambda i=i: changes[i]))
+        weights.append(_log_sums(lambda i=i: before[i]))
     inverse = np.argsort([i for stack in stacks for i in stack] + large)
     weights = tf.gather(tf.concat(weights, 0), inverse)
     updates = tf.gather(tf.concat(updates, 0), inverse)
@@ -142,27 +145,36 @@ def _stacked_log_sums(stacked: tf.Tensor) -> tf.Tensor:
     """float64[rows]: log Σx² of each row of `stacked` (one variable each), summed in float64
     unless the variables are float64 (then checked as `_checked_log_sum_of_squares`)."""
     if stacked.dtype == tf.float64:
-        return _checked_log_sum_of_squares(stacked, _rows(stacked))
+        return _checked_log_sum_of_squares(lambda: stacked, _rows(stacked))
     return _log_sum_of_squares(tf.cast(stacked, tf.float64), _rows(stacked), scaled=False)
 
 
-def _log_sums(x: tf.Tensor, axes: list[int] | None = None) -> tf.Tensor:
-    """float64[rows]: log Σx² over `axes` (default: all, one row) of a large variable. A
-    vector of at most CHUNK_ELEMENTS elements is summed in float64 (a float64 copy of that
-    size is cheap); else as `_checked_log_sum_of_squares`, rows in x's precision."""
+def _log_sums(make_x: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """float64[1]: log Σx² of all of x = make_x(), a large variable or its Δw. A vector of
+    at most CHUNK_ELEMENTS elements is summed in float64 (a float64 copy of that size is
+    cheap); else as `_checked_log_sum_of_squares`, rows in x's precision."""
+    x = make_x()
     if x.dtype != tf.float64 and _size(x) <= CHUNK_ELEMENTS and x.shape.rank < 2:
-        return tf.reshape(_log_sum_of_squares(tf.cast(x, tf.float64), axes, scaled=False), [-1])
-    return _checked_log_sum_of_squares(x, axes)
+        return tf.reshape(_log_sum_of_squares(tf.cast(x, tf.float64), None, scaled=False), [-1])
+    return _checked_log_sum_of_squares(make_x, None, first=x)
 
 
-def _checked_log_sum_of_squares(x: tf.Tensor, axes: list[int] | None = None) -> tf.Tensor:
-    """float64[rows]: log Σx² over `axes` (default: all, one row), in x's precision (at least
-    float32), all taken again scaled if one plain sum may have overflowed or underflowed."""
-    x = tf.cast(x, _work_dtype(x))
-    plain = _log_sum_of_squares(x, axes, scaled=False)
+def _checked_log_sum_of_squares(
+    make_x: Callable[[], tf.Tensor], axes: list[int] | None, first: tf.Tensor | None = None
+) -> tf.Tensor:
+    """float64[rows]: log Σx² over `axes` (None: all, one row) of x = make_x() (`first`, if
+    given, is that x), in x's precision (at least float32); if one plain sum may have
+    overflowed or underflowed, all taken again scaled from a new make_x(), so that the
+    conditional holds no input as large as x."""
+    x = make_x() if first is None else first
+    plain = _log_sum_of_squares(tf.cast(x, _work_dtype(x)), axes, scaled=False)
     suspect = tf.reduce_any(~tf.math.is_finite(plain) | (plain <= np.log(_SMALLEST_SAFE_SUM)))
-    checked = tf.cond(suspect, lambda: _log_sum_of_squares(x, axes, scaled=True), lambda: plain)
-    return tf.reshape(checked, [-1])
+
+    def scaled():
+        again = make_x()
+        return _log_sum_of_squares(tf.cast(again, _work_dtype(again)), axes, scaled=True)
+
+    return tf.reshape(tf.cond(suspect, scaled, lambda: plain), [-1])
 
 
 def _rows(stacked: tf.Tensor) -> list[int]:

@@ -4,7 +4,8 @@
 
 Prints one JSON object: the peak rise of TensorFlow's CPU allocator above its use before the
 step, in units of the embedding's bytes (median of 3), for the bare step ("bare"), a logged
-step ("logged") and a logged step of an update that moves nothing ("logged_no_change"). The
+step ("logged"), one with `optimizer=` ("logged_from_optimizer") and, for SGD, a logged
+step of an update that moves nothing ("logged_no_change"). The
 embedding has 65,536 x 64 float32 weights: 16 MiB, a size the BFC allocator does not round.
 TensorFlow needs TF_CPU_ALLOCATOR_USE_BFC=true at start-up to report peaks; one inter-op
 thread makes the order of ops, and so the peak, the same in every run.
@@ -56,19 +57,21 @@ def main(optimizer_name: str) -> None:
     y = tf.ones([32, 1])
     variables = model.trainable_variables
 
-    def body(scale):
+    def body(scale, from_optimizer=False):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(x) - y))
         grads = tape.gradient(loss, variables)
         assert isinstance(grads[0], tf.IndexedSlices), type(grads[0])
         grads = [tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
                  if isinstance(g, tf.IndexedSlices) else g * scale for g in grads]
-        with wur_summary.watch(variables, step=optimizer.iterations):
+        with wur_summary.watch(variables, step=optimizer.iterations,
+                               optimizer=optimizer if from_optimizer else None):
             optimizer.apply_gradients(zip(grads, variables))
 
     bare = tf.function(lambda: body(1.0))  # called without a writer: watch adds no op
     logged = tf.function(lambda: body(1.0))
     logged_no_change = tf.function(lambda: body(0.0))
+    logged_from_optimizer = tf.function(lambda: body(1.0, from_optimizer=True))
     writer = tf.summary.create_file_writer(tempfile.mkdtemp(prefix="wur-mem-"))
 
     def under_writer(fn):
@@ -77,7 +80,8 @@ def main(optimizer_name: str) -> None:
                 fn()
         return run
 
-    steps = {"bare": bare, "logged": under_writer(logged)}
+    steps = {"bare": bare, "logged": under_writer(logged),
+             "logged_from_optimizer": under_writer(logged_from_optimizer)}
     if optimizer_name == "sgd":  # zero gradients move nothing (Adam's moments still move)
         steps["logged_no_change"] = under_writer(logged_no_change)
     weight_bytes = ROWS * WIDTH * 4
