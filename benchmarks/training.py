@@ -261,7 +261,8 @@ def memory(smoke: bool) -> None:
         fn()
     bare_peak = statistics.median(peak_memory_delta(functions["bare"][0]) for _ in range(3))
     for variant in ["recommended: idle step", "recommended: logged step",
-                    "recommended: logged step, histograms", "watch + record_if: idle",
+                    "recommended: logged step, histograms",
+                    "recommended, no optimizer=: logged", "watch + record_if: idle",
                     "watch + record_if: logged", "naive per-variable, every step",
                     "naive + tf.summary.histogram"]:
         fn = functions[variant][0]
