@@ -250,6 +250,9 @@ def summary(values: list[float]) -> str:
 
 
 def memory(smoke: bool) -> None:
+    # one inter-op thread: the ops run in one order, so that the peak is the same every run
+    # (with two, the bare step's own peak moved by 0.59 x the weights between runs)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
     model, optimizer, x, y = make_workload("MEM", smoke)
     weight_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
     logdir = tempfile.mkdtemp(prefix="wur-bench-")
