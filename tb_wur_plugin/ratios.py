@@ -51,14 +51,7 @@ def update_ratios(
     stacks, large = _partition(before)
     weights, updates = [], []  # log sums per stack, then per large variable
     for stack in stacks:
-        dtype = _work_dtype(before[stack[0]])
-        old = tf.cast(tf.stack([before[i] for i in stack]), dtype)
-        if all(changes[i] is None for i in stack):
-            delta = tf.cast(tf.stack([_read(after[i]) for i in stack]), dtype) - old
-        else:
-            delta = tf.cast(tf.stack([
-                _read(after[i]) - before[i] if changes[i] is None else changes[i] for i in stack
-            ]), dtype)
+        old, delta = _stacked_pair(before, after, changes, stack)
         weights.append(_stacked_log_sums(old))
         updates.append(_stacked_log_sums(delta))
     previous: list[tf.Tensor] = []
@@ -141,6 +134,17 @@ def _sum(x: tf.Tensor, axes: list[int] | None) -> tf.Tensor:
     return tf.reduce_sum(rows, [axis for axis in axes if axis != rank - 1])
 
 
+def _stacked_pair(before, after, changes, indices: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
+    """The weights before and their changes Δw (± where captured) of the variables at
+    `indices`, each stacked, in the work dtype."""
+    old = _cast_to_work_dtype(tf.stack([before[i] for i in indices]))
+    if all(changes[i] is None for i in indices):
+        return old, tf.cast(tf.stack([_read(after[i]) for i in indices]), old.dtype) - old
+    return old, tf.cast(tf.stack([
+        _read(after[i]) - before[i] if changes[i] is None else changes[i] for i in indices
+    ]), old.dtype)
+
+
 def _stacked_log_sums(stacked: tf.Tensor) -> tf.Tensor:
     """float64[rows]: log Σx² of each row of `stacked` (one variable each), summed in float64
     unless the variables are float64 (then checked as `_checked_log_sum_of_squares`)."""
@@ -195,11 +199,7 @@ def histogram_counts(
     stacks, large = _partition(before)
     counts, previous = [], []
     for indices in stacks:
-        old = _cast_to_work_dtype(tf.stack([before[i] for i in indices]))
-        delta = _cast_to_work_dtype(tf.stack([
-            _read(after[i]) - before[i] if changes[i] is None else changes[i] for i in indices
-        ])) if any(changes[i] is not None for i in indices) else (
-            _cast_to_work_dtype(tf.stack([_read(after[i]) for i in indices])) - old)
+        old, delta = _stacked_pair(before, after, changes, indices)
         counts.append(summary.bucket_counts_by_row(_ratios_of_changes(old, delta)))
     for i in large:
         with tf.control_dependencies(previous):
@@ -363,7 +363,7 @@ def captured_changes(variables: Sequence[tf.Variable]) -> Iterator[list[tf.Tenso
     parts: list[list[tuple[int, tf.Tensor]] | None] = [[] for _ in variables]
     saved = []
 
-    def assign_recorder(index, variable, method, original, sign):
+    def assign_recorder(index, variable, original, sign):
         def assign(value, *args, **kwargs):
             if parts[index] is not None:
                 if isinstance(value, tf.IndexedSlices):
@@ -391,7 +391,7 @@ def captured_changes(variables: Sequence[tf.Variable]) -> Iterator[list[tf.Tenso
                     continue
                 saved.append((variable, method, variable.__dict__.get(method, _MISSING)))
                 if method in _ASSIGNS:
-                    wrapper = assign_recorder(index, variable, method, original, _ASSIGNS[method])
+                    wrapper = assign_recorder(index, variable, original, _ASSIGNS[method])
                 else:
                     wrapper = sparse_recorder(index, original)
                 setattr(variable, method, wrapper)
