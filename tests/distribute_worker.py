@@ -76,7 +76,8 @@ def train_custom(strategy, logdir, usage, weights=None, histograms=False) -> dic
         grads = tape.gradient(loss, model.trainable_variables)
         if watch_inside:
             with wur_summary.watch(
-                model.trainable_variables, step=optimizer.iterations, histograms=histograms
+                model.trainable_variables, step=optimizer.iterations, histograms=histograms,
+                optimizer=optimizer,  # its replicas' updates are not captured: compared
             ):
                 optimizer.apply_gradients(zip(grads, model.trainable_variables))
         else:
@@ -87,7 +88,8 @@ def train_custom(strategy, logdir, usage, weights=None, histograms=False) -> dic
             strategy.run(replica_step, args=(x, y))
         else:
             with wur_summary.watch(
-                model.trainable_variables, step=optimizer.iterations, histograms=histograms
+                model.trainable_variables, step=optimizer.iterations, histograms=histograms,
+                optimizer=optimizer,  # its replicas' updates are not captured: compared
             ):
                 strategy.run(replica_step, args=(x, y))
 
