@@ -116,10 +116,11 @@ def peak_memory():
 
 def test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step(peak_memory):
     """The snapshot is one dense copy (see the module note); Δw and the read after the update
-    are held one variable at a time (measured: SGD +1.00; Adam +0.00 under its own dense
-    moments, or +1.00 when the processes compete for the CPU and the ops run in another
-    order). When nothing moved the sums are taken again, scaled, from Δw computed again,
-    which holds Δw and Δw/m at once (measured +1.00, +2.00 possible by op order).
+    are held one variable at a time (measured: SGD +1.00, Adam +0.00 under its own dense
+    moments; before the overflow check recomputed Δw instead of holding it, Adam gave +1.00
+    in 3 of 4 runs when processes competed for the CPU). When nothing moved the sums are
+    taken again, scaled, from Δw computed again, which holds Δw and Δw/m at once (measured
+    +1.00, +2.00 possible by op order).
     With optimizer=, Adam's dense update is captured and nothing is copied; SGD's sparse
     update is not, so it is compared with the snapshot as without. A float64 copy would
     exceed these bounds."""
@@ -128,5 +129,5 @@ def test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step(peak_memory):
     assert sgd["logged"] - sgd["bare"] <= 1.1, peak_memory
     assert sgd["logged_from_optimizer"] - sgd["bare"] <= 1.1, peak_memory
     assert sgd["logged_no_change"] - sgd["bare"] <= 2.1, peak_memory
-    assert adam["logged"] - adam["bare"] <= 1.1, peak_memory
+    assert adam["logged"] - adam["bare"] <= 0.1, peak_memory
     assert adam["logged_from_optimizer"] - adam["bare"] <= 0.1, peak_memory
