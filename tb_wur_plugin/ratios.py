@@ -517,11 +517,10 @@ def watch(
     if recording:  # known now: eagerly, or constant conditions in a graph
         step_value = _read_step(step)
         before = snapshot(watched)
-        if not capturing:
-            yield
-            record(watched, before, step_value, histograms)
-            return
-        with captured_changes([w.variable for w in watched]) as changes:
+        with (
+            captured_changes([w.variable for w in watched]) if capturing
+            else contextlib.nullcontext([None] * len(watched))
+        ) as changes:
             yield
         record(watched, before, step_value, histograms, changes)
         return
