@@ -221,11 +221,12 @@ def _chunked_bucket_counts(
 
     def add_chunk(start, counts):
         end = tf.minimum(start + CHUNK_ELEMENTS, size)
-        chunk_old = _cast_to_work_dtype(old[start:end])
         if change is None:
-            chunk = _ratios_of_changes(chunk_old, _cast_to_work_dtype(moved[start:end]) - chunk_old)
+            chunk = elementwise_ratios(old[start:end], moved[start:end])
         else:
-            chunk = _ratios_of_changes(chunk_old, _cast_to_work_dtype(moved[start:end]))
+            chunk = _ratios_of_changes(
+                _cast_to_work_dtype(old[start:end]), _cast_to_work_dtype(moved[start:end])
+            )
         return end, counts + summary.bucket_counts(chunk)
 
     _, counts = tf.while_loop(
