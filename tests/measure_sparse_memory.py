@@ -5,8 +5,8 @@
 Prints one JSON object: the peak rise of TensorFlow's CPU allocator above its use before the
 step, in units of the embedding's bytes (median of 3), for the bare step ("bare"), a logged
 step ("logged"), one with `optimizer=` ("logged_from_optimizer") and, for SGD, a logged
-step of an update that moves nothing ("logged_no_change"). The
-embedding has 65,536 x 64 float32 weights: 16 MiB, a size the BFC allocator does not round.
+step of an update that moves nothing ("logged_no_change"). The embedding has 65,536 x 64
+float32 weights: 16 MiB, a size the BFC allocator does not round.
 TensorFlow needs TF_CPU_ALLOCATOR_USE_BFC=true at start-up to report peaks; one inter-op
 thread makes the order of ops, and so the peak, the same in every run.
 """
