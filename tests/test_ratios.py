@@ -144,6 +144,21 @@ def test_update_ratios_special_values():
     assert ratio(np.float16([3.0, 4.0]), np.float16([3.0, 4.5])) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("shape", [(70_001,), (300, 700), (3, 5, 7, 1_000)])
+def test_update_ratios_of_large_constant_variables(shape):
+    """Equal elements are the worst case of a float32 sum of squares (its rounding errors
+    add up: 3.5e-6 over 4e6 elements in one `tf.nn.l2_loss`)."""
+    before = np.full(shape, 0.1, np.float32)
+    after = np.full(shape, 0.1 + 3e-4, np.float32)
+    expected = reference_ratio(before, after)
+    (got,) = ratios.update_ratios([tf.constant(before)], [tf.constant(after)]).numpy()
+    assert got == pytest.approx(expected, rel=2e-7)
+    (got,) = ratios.update_ratios(
+        [tf.constant(before)], [tf.constant(before)], [tf.constant(after - before)]
+    ).numpy()
+    assert got == pytest.approx(expected, rel=2e-7)
+
+
 def test_update_ratios_keep_order_across_stacks_dtypes_and_large_variables():
     rng = np.random.default_rng(3)
     shapes = [(4, 3), (3,), (4, 3), (), (70_000,), (3,), (2, 2, 2), (4, 3)]
