@@ -18,6 +18,7 @@ Workloads (CPU, float32, Adam, tf.function steps):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -131,8 +132,13 @@ class Variants:
                 lambda: tf.constant(False))
 
 
-def step_functions(variants: Variants) -> dict[str, tuple[Callable, str]]:
-    """name -> (one step, 'recording' or 'idle'), the functions traced once here."""
+def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None], str]]:
+    """name -> (run n training steps, 'recording' or 'idle'), the functions traced once here.
+
+    Variants that log run their n steps under the writer set as the default once, as a
+    training loop sets it (`writer.as_default()` flushes the writer when it exits: entered
+    for every step, it would flush every step).
+    """
     v, writer = variants, variants.writer
     bare = tf.function(v.bare_body)
     plain = tf.function(v.watch_body)  # called without a writer: the recommended idle step
@@ -145,49 +151,50 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable, str]]:
     naive_histograms = tf.function(lambda: v.naive_body(histograms=True))
     naive_cond = tf.function(v.naive_cond_body)
 
-    def under_writer(fn, flag=None):
-        def run():
-            if flag is not None:
-                v.flag.assign(flag)
-            with writer.as_default(), tf.summary.record_if(lambda: v.flag):
+    def alone(fn):
+        def run(steps):
+            for _ in range(steps):
                 fn()
         return run
 
-    def always(fn):
-        def run():
-            with writer.as_default():
-                fn()
+    def under_writer(fn, flag=None):
+        def run(steps):
+            with writer.as_default(), contextlib.ExitStack() as stack:
+                if flag is not None:
+                    v.flag.assign(flag)
+                    stack.enter_context(tf.summary.record_if(lambda: v.flag))
+                for _ in range(steps):
+                    fn()
         return run
 
     return {
-        "bare": (bare, "idle"),
-        "bare (again)": (bare, "idle"),
-        "recommended: idle step": (plain, "idle"),
-        "recommended: logged step": (always(logged), "recording"),
-        "recommended: logged step, histograms": (always(logged_histograms), "recording"),
-        "recommended, no optimizer=: logged": (always(logged_snapshot), "recording"),
+        "bare": (alone(bare), "idle"),
+        "bare (again)": (alone(bare), "idle"),
+        "recommended: idle step": (alone(plain), "idle"),
+        "recommended: logged step": (under_writer(logged), "recording"),
+        "recommended: logged step, histograms": (under_writer(logged_histograms), "recording"),
+        "recommended, no optimizer=: logged": (under_writer(logged_snapshot), "recording"),
         "watch + record_if: idle": (under_writer(gated, False), "idle"),
         "watch + record_if: logged": (under_writer(gated, True), "recording"),
-        "global norm every step": (always(global_norm), "recording"),
-        "naive per-variable, every step": (always(naive), "recording"),
-        "naive + tf.summary.histogram": (always(naive_histograms), "recording"),
+        "global norm every step": (under_writer(global_norm), "recording"),
+        "naive per-variable, every step": (under_writer(naive), "recording"),
+        "naive + tf.summary.histogram": (under_writer(naive_histograms), "recording"),
         "naive tf.cond: idle": (under_writer(naive_cond, False), "idle"),
         "naive tf.cond: logged": (under_writer(naive_cond, True), "recording"),
     }
 
 
-def time_per_step(fn: Callable, steps: int) -> float:
+def time_per_step(run: Callable[[int], None], steps: int) -> float:
     start = time.perf_counter()
-    for _ in range(steps):
-        fn()
+    run(steps)
     return (time.perf_counter() - start) / steps
 
 
-def interleaved(functions: dict[str, Callable], rounds: int, steps: int) -> dict[str, list[float]]:
+def interleaved(functions: dict[str, Callable[[int], None]], rounds: int, steps: int
+                ) -> dict[str, list[float]]:
     """Per-round ratios of each function's time per step to the bare step's."""
-    for fn in functions.values():  # trace and warm up
-        fn()
-        fn()
+    for run in functions.values():  # trace and warm up
+        run(2)
     ratios: dict[str, list[float]] = {name: [] for name in functions if name != "bare"}
     for _ in range(rounds):
         names = list(functions)
@@ -260,16 +267,17 @@ def memory(smoke: bool) -> None:
     functions = step_functions(Variants(model, optimizer, x, y, writer))
     print(f"\nMEM: {weight_bytes / 1e6:.0f} MB of weights; peak allocator memory during a step "
           f"above the bare step's, in units of the weight bytes (median of 3)", flush=True)
-    for fn, _ in functions.values():
-        fn()
-    bare_peak = statistics.median(peak_memory_delta(functions["bare"][0]) for _ in range(3))
+    for run, _ in functions.values():
+        run(1)
+    bare_peak = statistics.median(
+        peak_memory_delta(lambda: functions["bare"][0](1)) for _ in range(3))
     for variant in ["recommended: idle step", "recommended: logged step",
                     "recommended: logged step, histograms",
                     "recommended, no optimizer=: logged", "watch + record_if: idle",
                     "watch + record_if: logged", "naive per-variable, every step",
                     "naive + tf.summary.histogram"]:
-        fn = functions[variant][0]
-        extra = statistics.median(peak_memory_delta(fn) for _ in range(3)) - bare_peak
+        run = functions[variant][0]
+        extra = statistics.median(peak_memory_delta(lambda: run(1)) for _ in range(3)) - bare_peak
         print(f"  {variant:<40} {extra / weight_bytes:+.2f} x", flush=True)
     writer.close()
 
