@@ -131,14 +131,37 @@ def test_values_at_and_next_to_every_edge_land_where_comparisons_put_them(dtype)
     np.testing.assert_array_equal(got, want)
 
 
-def test_bucketing_is_linear_in_size_with_no_one_hot():
+def test_bucketing_is_one_compiled_pass_then_a_bincount():
     graph = tf.function(summary.bucket_counts).get_concrete_function(
         tf.TensorSpec([None], tf.float32)
     ).graph
     types = {op.type for op in graph.get_operations()}
-    assert "OneHot" not in types and "LowerBound" not in types
-    assert "UpperBound" in types  # a binary search for the values next to an edge
-    assert types & {"DenseBincount", "Bincount"}
+    assert types & {"DenseBincount", "Bincount"} and "OneHot" not in types
+    calls = [op for op in graph.get_operations() if "PartitionedCall" in op.type]
+    assert [op.get_attr("_XlaMustCompile") for op in calls] == [True]
+    inner = summary._bucket_ids.get_concrete_function(
+        tf.TensorSpec([None], tf.int32), *[tf.TensorSpec([], tf.int32)] * 3
+    ).graph
+    assert "OneHot" not in {op.type for op in inner.get_operations()}  # O(N), not O(N · buckets)
+
+
+def test_bucketing_more_values_than_its_limit_is_a_clear_error():
+    with pytest.raises(ValueError, match="at most 1073741824"):
+        tf.function(summary.bucket_counts).get_concrete_function(
+            tf.TensorSpec([summary.MAX_VALUES + 1], tf.float32)
+        )
+
+
+@pytest.mark.parametrize("size", [1, 1023, 1024, 1025, 4097])
+def test_bucketing_padding_is_not_counted(size):
+    """The values are padded to a power of two for XLA; the padding lands in no row."""
+    values = np.full([3, size], 0.5, np.float32)
+    values[1] = 0.0
+    counts = summary.bucket_counts_by_row(tf.constant(values)).numpy()
+    assert counts.sum(axis=1).tolist() == [size] * 3
+    assert counts[1, metadata.ZERO_BUCKET] == size
+    half = metadata.FIRST_BIN + int(np.searchsorted(metadata.HISTOGRAM_EDGES, 0.5, "right")) - 1
+    assert counts[0, half] == counts[2, half] == size
 
 
 @pytest.mark.parametrize(
