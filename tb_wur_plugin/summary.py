@@ -197,9 +197,12 @@ def _padded_length(size: tf.Tensor) -> tf.Tensor:
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _bucket_ids(bits: tf.Tensor, size: tf.Tensor, row_length: tf.Tensor, total: tf.Tensor):
-    """int32 per value (given as its float32 or float64 bits): its bucket + NUM_BUCKETS · (its index // row_length); `total`
-    for the padding (indices ≥ `size`), which a bincount of length `total` skips.
+def _bucket_ids(
+    bits: tf.Tensor, size: tf.Tensor, row_length: tf.Tensor, total: tf.Tensor
+) -> tf.Tensor:
+    """int32 per value (given as its float32 or float64 bits): its bucket + NUM_BUCKETS ·
+    (its index // row_length), its row's first bucket in one bincount of all rows; `total`,
+    which that bincount skips, for the padding (indices ≥ `size`).
 
     A value x > 0 lies in bin floor(t), t = BINS_PER_DECADE · (log10 x − LOG10_MIN), log10
     taken in the data's precision (at least float32), then moved by one where a comparison

@@ -152,12 +152,13 @@ def test_bucketing_more_values_than_its_limit_is_a_clear_error():
         )
 
 
-@pytest.mark.parametrize("size", [1, 1023, 1024, 1025, 4097])
+@pytest.mark.parametrize("size", [0, 1, 1023, 1024, 1025, 4097])
 def test_bucketing_padding_is_not_counted(size):
     """The values are padded to a power of two for XLA; the padding lands in no row."""
     values = np.full([3, size], 0.5, np.float32)
     values[1] = 0.0
     counts = summary.bucket_counts_by_row(tf.constant(values)).numpy()
+    assert summary.bucket_counts(tf.constant(values[0])).numpy().sum() == size
     assert counts.sum(axis=1).tolist() == [size] * 3
     assert counts[1, metadata.ZERO_BUCKET] == size
     half = metadata.FIRST_BIN + int(np.searchsorted(metadata.HISTOGRAM_EDGES, 0.5, "right")) - 1
