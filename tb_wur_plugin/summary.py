@@ -178,7 +178,8 @@ def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
     padded = tf.pad(bits, [[0, _padded_length(size) - size]])
     total = rows * metadata.NUM_BUCKETS
     ids = _bucket_ids(padded, size, row_length, total)
-    counts = tf.math.bincount(ids, minlength=total, maxlength=total, dtype=tf.int64)
+    # (tf.math.bincount would first take the maximum of the ids: one more pass)
+    counts = tf.raw_ops.DenseBincount(input=ids, size=total, weights=tf.constant([], tf.int64))
     counts = tf.reshape(counts, [rows, metadata.NUM_BUCKETS])
     counts.set_shape([ratios.shape[0], metadata.NUM_BUCKETS])
     return counts
@@ -202,7 +203,7 @@ def _bucket_ids(
 ) -> tf.Tensor:
     """int32 per value (given as its float32 or float64 bits): its bucket + NUM_BUCKETS ·
     (its index // row_length), its row's first bucket in one bincount of all rows; `total`,
-    which that bincount skips, for the padding (indices ≥ `size`).
+    which that bincount ignores, for the padding (indices ≥ `size`).
 
     A value x > 0 lies in bin floor(t), t = BINS_PER_DECADE · (log10 x − LOG10_MIN), log10
     taken in the data's precision (at least float32), then moved by one where a comparison
