@@ -2,7 +2,9 @@
 
 Every variant runs in this one process, interleaved: each round times every variant (in a
 random order) over --steps steps, the bare step twice (its second timing is the noise floor),
-and reports the median [min–max] over rounds of the per-round RATIO to the bare step.
+and once more as another traced function of the same body (functions with identical graphs
+differ by a few percent), and reports the median [min–max] over rounds of the per-round
+RATIO to the bare step.
 
 Workloads (CPU, float32, Adam, tf.function steps):
   M1  MLP 784-512-512-10, batch 128 (6 variables)
@@ -141,6 +143,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None],
     """
     v, writer = variants, variants.writer
     bare = tf.function(v.bare_body)
+    bare_traced_again = tf.function(v.bare_body)  # the same graph in another function
     plain = tf.function(v.watch_body)  # called without a writer: the recommended idle step
     logged = tf.function(v.watch_body)
     logged_histograms = tf.function(lambda: v.watch_body(histograms=True))
@@ -170,6 +173,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None],
     return {
         "bare": (alone(bare), "idle"),
         "bare (again)": (alone(bare), "idle"),
+        "bare, traced again": (alone(bare_traced_again), "idle"),
         "recommended: idle step": (alone(plain), "idle"),
         "recommended: logged step": (under_writer(logged), "recording"),
         "recommended: logged step, histograms": (under_writer(logged_histograms), "recording"),
