@@ -242,8 +242,7 @@ def elementwise_ratios(before: tf.Tensor, after: tf.Tensor) -> tf.Tensor:
 
 
 def _ratios_of_changes(old: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
-    """|delta| / |old| elementwise, 0 where delta = 0 (xdivy: two passes over the
-    elements instead of six)."""
+    """|delta| / |old| elementwise, 0 where delta = 0 (`xdivy`, then `abs`)."""
     return tf.abs(tf.math.xdivy(delta, old))
 
 
