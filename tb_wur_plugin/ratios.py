@@ -166,8 +166,10 @@ def _checked_log_sum_of_squares(
 ) -> tf.Tensor:
     """float64[rows]: log Σx² over `axes` (None: all, one row) of x = make_x(), in x's
     precision (at least float32); if one plain sum may have overflowed or underflowed, all
-    taken again scaled from a new make_x(), so that the conditional holds no input as large
-    as x."""
+    taken again scaled from a new make_x(). Where make_x computes x anew (Δw from a read
+    after the update), the conditional holds no input as large as x; where it returns a
+    tensor that exists anyway (a snapshot, a captured Δw), that tensor is held until the
+    conditional runs."""
     x = make_x()
     plain = _log_sum_of_squares(tf.cast(x, _work_dtype(x)), axes, scaled=False)
     suspect = tf.reduce_any(~tf.math.is_finite(plain) | (plain <= np.log(_SMALLEST_SAFE_SUM)))

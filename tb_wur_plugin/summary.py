@@ -172,7 +172,8 @@ def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
         )
     rows = tf.shape(values)[0]
     # their bits, which XLA passes on as they are (it reads float subnormals as zero)
-    bits = tf.bitcast(tf.reshape(values, [-1]), tf.int32 if values.dtype == tf.float32 else tf.int64)
+    int_type = tf.int32 if values.dtype == tf.float32 else tf.int64
+    bits = tf.bitcast(tf.reshape(values, [-1]), int_type)
     size = tf.size(bits)
     row_length = tf.maximum(size // tf.maximum(rows, 1), 1)
     padded = tf.pad(bits, [[0, _padded_length(size) - size]])
