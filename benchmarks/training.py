@@ -134,6 +134,18 @@ class Variants:
                 lambda: tf.constant(False))
 
 
+    def empty_conds_body(self):
+        """The floor of gating in-graph: two conditionals on the flag (before and after the
+        update) that read every variable when it holds, and nothing else."""
+        def read_all():
+            return tf.add_n([tf.reduce_sum(w) for w in self.variables])
+
+        grads = self._grads()
+        before = tf.cond(self.flag, read_all, lambda: tf.constant(0.0))
+        self._apply(grads)
+        tf.cond(self.flag, lambda: read_all() + before, lambda: before)
+
+
 def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None], str]]:
     """name -> (run n training steps, 'recording' or 'idle'), the functions traced once here.
 
@@ -153,6 +165,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None],
     naive = tf.function(v.naive_body)
     naive_histograms = tf.function(lambda: v.naive_body(histograms=True))
     naive_cond = tf.function(v.naive_cond_body)
+    empty_conds = tf.function(v.empty_conds_body)
 
     def alone(fn):
         def run(steps):
@@ -185,6 +198,7 @@ def step_functions(variants: Variants) -> dict[str, tuple[Callable[[int], None],
         "naive + tf.summary.histogram": (under_writer(naive_histograms), "recording"),
         "naive tf.cond: idle": (under_writer(naive_cond, False), "idle"),
         "naive tf.cond: logged": (under_writer(naive_cond, True), "recording"),
+        "two empty tf.cond: idle": (under_writer(empty_conds, False), "idle"),
     }
 
 

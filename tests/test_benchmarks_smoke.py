@@ -29,3 +29,9 @@ def test_backend_benchmark_smoke():
 def test_concurrency_benchmark_smoke():
     out = _run("concurrency.py")
     assert "every answer 200 and identical" in out and "parallel clients" in out
+
+
+def test_stacked_sums_benchmark_smoke():
+    out = _run("stacked_sums.py")
+    for line in ("project", "no sums", "float32 rows", "rows + cond", "rows + redo", "XLA float64"):
+        assert line in out
