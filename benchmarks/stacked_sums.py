@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import tempfile
-import time
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,7 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from training import Variants, make_workload  # noqa: E402
+from training import Variants, interleaved, make_workload, summary  # noqa: E402
 
 from tb_wur_plugin import ratios  # noqa: E402
 
@@ -151,25 +149,12 @@ def main() -> None:
     model, optimizer, x, y = make_workload(args.workload, args.smoke)
     writer = tf.summary.create_file_writer(tempfile.mkdtemp(prefix="wur-bench-"))
     runs = logged_steps(Variants(model, optimizer, x, y, writer))
-    for run in runs.values():
-        run(2)
-    ratios_to_bare: dict[str, list[float]] = {name: [] for name in runs if name != "bare"}
-    for _ in range(args.rounds):
-        names = list(runs)
-        random.shuffle(names)
-        times = {}
-        for name in names:
-            start = time.perf_counter()
-            runs[name](args.steps)
-            times[name] = time.perf_counter() - start
-        for name in ratios_to_bare:
-            ratios_to_bare[name].append(times[name] / times["bare"])
+    ratios_to_bare = interleaved(runs, args.rounds, args.steps)
     print(f"{tf.__version__=} {args.workload}: {len(model.trainable_variables)} variables; "
           f"logged step / bare step, median [min–max] over {args.rounds} rounds of "
           f"{args.steps} steps")
     for name, values in ratios_to_bare.items():
-        print(f"  {name:<20} {statistics.median(values):.3f} "
-              f"[{min(values):.3f}–{max(values):.3f}]")
+        print(f"  {name:<20} {summary(values)}")
     writer.close()
 
 
