@@ -15,6 +15,29 @@ Series kinds (``kind`` in the plugin content, a JSON object):
   float32 scalar (``DATA_CLASS_SCALAR``), tag ``SKIPPED_STEP_TAG``: 1 when no watched
   variable changed at that step (all ratios are 0: the optimizer skipped the update, as a
   ``LossScaleOptimizer`` does on non-finite gradients), else 0.
+- ``line_search``: one series of the stochastic Armijo line search (`tb_wur_plugin.armijo`),
+  a float32 scalar per step (``DATA_CLASS_SCALAR``, so that both TensorBoard loaders read
+  it). The plugin content names the series (``"series"``, one of ``LINE_SEARCH_SERIES``) and
+  its tag is ``line_search_tag(series)``, i.e. one of ``LINE_SEARCH_TAGS``:
+
+  ====================  ==============================  =====================================
+  series                tag                             value at step t
+  ====================  ==============================  =====================================
+  ``step_size``         ``_wur/line_search/step_size``  the step applied: the accepted step
+                                                        size, 1e-6 when no trial was accepted,
+                                                        0 when the gradient was too small
+  ``backtracks``        ``_wur/line_search/backtracks`` rejected trials (an integer, exact in
+                                                        float32)
+  ``loss``              ``_wur/line_search/loss``       the batch loss before the step (f)
+  ``new_loss``          ``_wur/line_search/new_loss``   the batch loss at the accepted trial
+                                                        (f'; the last rejected trial's when
+                                                        none was accepted; f when nothing
+                                                        moved)
+  ====================  ==============================  =====================================
+
+  The four series of a step are written as one event, at the step of the update (the number
+  of updates before it). Step sizes are computed in float64 and stored as float32 (a
+  positive value below float32's range as its smallest positive value).
 
 Scalars are float32 because TensorBoard's fast loader reads no other scalar type; a positive
 value below float32's range is stored as its smallest positive value, never as 0.
@@ -39,12 +62,31 @@ KIND_RATIO = "ratio"
 KIND_HISTOGRAM = "histogram"
 KIND_LEARNING_RATE = "learning_rate"
 KIND_SKIPPED_STEP = "skipped_step"
-KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP)
+KIND_LINE_SEARCH = "line_search"
+KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP, KIND_LINE_SEARCH)
 
 RESERVED_TAG_PREFIX = "_wur/"
 LEARNING_RATE_TAG = RESERVED_TAG_PREFIX + "learning_rate"
 SKIPPED_STEP_TAG = RESERVED_TAG_PREFIX + "skipped_step"
 _HISTOGRAM_TAG_PREFIX = RESERVED_TAG_PREFIX + "histogram/"
+
+# The series of the line search (kind KIND_LINE_SEARCH), in the order they are written.
+LINE_SEARCH_STEP_SIZE = "step_size"
+LINE_SEARCH_BACKTRACKS = "backtracks"
+LINE_SEARCH_LOSS = "loss"
+LINE_SEARCH_NEW_LOSS = "new_loss"
+LINE_SEARCH_SERIES = (
+    LINE_SEARCH_STEP_SIZE, LINE_SEARCH_BACKTRACKS, LINE_SEARCH_LOSS, LINE_SEARCH_NEW_LOSS
+)
+_LINE_SEARCH_TAG_PREFIX = RESERVED_TAG_PREFIX + "line_search/"
+LINE_SEARCH_STEP_SIZE_TAG = _LINE_SEARCH_TAG_PREFIX + LINE_SEARCH_STEP_SIZE
+LINE_SEARCH_BACKTRACKS_TAG = _LINE_SEARCH_TAG_PREFIX + LINE_SEARCH_BACKTRACKS
+LINE_SEARCH_LOSS_TAG = _LINE_SEARCH_TAG_PREFIX + LINE_SEARCH_LOSS
+LINE_SEARCH_NEW_LOSS_TAG = _LINE_SEARCH_TAG_PREFIX + LINE_SEARCH_NEW_LOSS
+LINE_SEARCH_TAGS = (
+    LINE_SEARCH_STEP_SIZE_TAG, LINE_SEARCH_BACKTRACKS_TAG, LINE_SEARCH_LOSS_TAG,
+    LINE_SEARCH_NEW_LOSS_TAG,
+)
 
 # Histogram edges: 10**LOG10_MIN ... 10**LOG10_MAX, BINS_PER_DECADE bins per decade.
 LOG10_MIN = -10
@@ -84,22 +126,53 @@ def layer_of_histogram_tag(tag: str) -> str | None:
     return None
 
 
+def line_search_tag(series: str) -> str:
+    """The tag of a line-search series (one of `LINE_SEARCH_SERIES`)."""
+    if series not in LINE_SEARCH_SERIES:
+        raise ValueError(
+            f"unknown line-search series {series!r}; expected one of {LINE_SEARCH_SERIES}"
+        )
+    return _LINE_SEARCH_TAG_PREFIX + series
+
+
+def line_search_series_of_tag(tag: str) -> str | None:
+    """Inverse of `line_search_tag`; None for a tag that is not a line-search tag."""
+    if tag.startswith(_LINE_SEARCH_TAG_PREFIX):
+        series = tag[len(_LINE_SEARCH_TAG_PREFIX):]
+        if series in LINE_SEARCH_SERIES:
+            return series
+    return None
+
+
 def is_reserved_tag(tag: str) -> bool:
     return tag.startswith(RESERVED_TAG_PREFIX)
 
 
 def create_summary_metadata(
-    kind: str, description: str | None = None, index: int | None = None
+    kind: str,
+    description: str | None = None,
+    index: int | None = None,
+    series: str | None = None,
 ) -> summary_pb2.SummaryMetadata:
     """A `SummaryMetadata` for a series of the given kind, with its data class set.
 
     `index`: the layer's position among the variables written together (model order).
+    `series`: for ``KIND_LINE_SEARCH`` (required there, refused elsewhere), which one of
+    `LINE_SEARCH_SERIES`.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown wur series kind {kind!r}; expected one of {KINDS}")
     content: dict[str, Any] = {"version": PROTOCOL_VERSION, "kind": kind}
     if index is not None:
         content["index"] = index
+    if kind == KIND_LINE_SEARCH:
+        if series not in LINE_SEARCH_SERIES:
+            raise ValueError(
+                f"a line-search series needs series= one of {LINE_SEARCH_SERIES}, got {series!r}"
+            )
+        content["series"] = series
+    elif series is not None:
+        raise ValueError(f"series= is only for kind {KIND_LINE_SEARCH!r}, not {kind!r}")
     if kind == KIND_HISTOGRAM:
         content.update(
             log10_min=LOG10_MIN, log10_max=LOG10_MAX, bins_per_decade=BINS_PER_DECADE
@@ -143,4 +216,6 @@ def parse_plugin_content(content: bytes) -> dict[str, Any]:
     index = parsed.get("index")
     if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
         raise ValueError(f"wur plugin content has a bad index: {index!r}")
+    if parsed["kind"] == KIND_LINE_SEARCH and parsed.get("series") not in LINE_SEARCH_SERIES:
+        raise ValueError(f"wur line-search content has a bad series: {parsed.get('series')!r}")
     return parsed
