@@ -1,0 +1,74 @@
+"""The ratios of one step as a serialized `Summary` built in a TF1 graph: what `watch` writes
+through a summary writer, for `tf.compat.v1.summary.FileWriter.add_summary` instead.
+
+The values are the ones `wur_summary.watch` writes, under the same tags and summary metadata
+(kind, index, data class): each ratio as float32 (`to_stored_scalar`), the skipped-step
+marker (1 when no watched variable changed), and with histograms the int64 bucket counts of
+each variable's elementwise ratios under `metadata.histogram_tag(tag)`. Each value carries
+its metadata, as TF1 summary ops do.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.batched_write import to_stored_scalar
+from tb_wur_plugin.watched import WatchedVariable
+
+SKIPPED_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
+
+
+def ratio_summary(
+    watched: Sequence[WatchedVariable],
+    ratios: tf.Tensor,
+    histogram_counts: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """A string tensor: the serialized `Summary` of the ratios of `watched`.
+
+    Args:
+      watched: the variables, with their tags, in the order of `ratios`.
+      ratios: float64[n], their ratios (`ratios.update_ratios`).
+      histogram_counts: int64[n, NUM_BUCKETS] (`ratios.histogram_counts`), or None.
+    """
+    abouts = [
+        f"of {w.tag}: shape {w.variable.shape.as_list()}, {w.variable.dtype.base_dtype.name}"
+        for w in watched
+    ]
+    stored = tf.unstack(to_stored_scalar(ratios), num=len(watched))
+    values = [
+        _tensor_summary(
+            w.tag, value,
+            metadata.create_summary_metadata(metadata.KIND_RATIO, f"Weight-update ratio {about}", index),
+        )
+        for index, (w, value, about) in enumerate(zip(watched, stored, abouts))
+    ]
+    values.append(_tensor_summary(
+        metadata.SKIPPED_STEP_TAG,
+        tf.cast(tf.reduce_all(ratios == 0), tf.float32),
+        metadata.create_summary_metadata(metadata.KIND_SKIPPED_STEP, SKIPPED_DESCRIPTION),
+    ))
+    if histogram_counts is not None:
+        rows = tf.unstack(histogram_counts, num=len(watched))
+        values.extend(
+            _tensor_summary(
+                metadata.histogram_tag(w.tag), row,
+                metadata.create_summary_metadata(
+                    metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                ),
+            )
+            for w, row, about in zip(watched, rows, abouts)
+        )
+    return tf.raw_ops.MergeSummary(inputs=values, name="summary")
+
+
+def _tensor_summary(tag: str, value: tf.Tensor, summary_metadata) -> tf.Tensor:
+    """A `Summary` of one value under exactly `tag` (TF1's `tensor_summary` would make the
+    tag unique among the graph's op names: `dense/kernel` would become `dense/kernel_1`)."""
+    return tf.raw_ops.TensorSummaryV2(
+        tag=tf.constant(tag),
+        tensor=value,
+        serialized_summary_metadata=tf.constant(summary_metadata.SerializeToString()),
+    )
