@@ -1,5 +1,6 @@
-"""The heatmap's numbers: a run's ratios as a layers × steps matrix, binned into columns,
-reduced, flagged, and encoded compactly for the wire. Pure numpy, no TensorBoard.
+"""The heatmap's numbers: a run's ratios as a layers × steps matrix, binned into columns
+and reduced. Pure numpy, no TensorBoard. (The flag rule is in flags.py, the wire encoding of
+the cells in heatmap_wire.py.)
 
 Columns cover a step range [start, end] without gaps or overlap. When the range holds at most
 `max_columns` logged steps there is one column per logged step; otherwise the range is cut
@@ -18,10 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import decimal
-import gzip
-import json
-import struct
 
 import numpy as np
 
@@ -46,8 +43,16 @@ class RunMatrix:
     def from_series(
         cls, series: list[tuple[str, np.ndarray, np.ndarray]], skipped_steps=()
     ) -> "RunMatrix":
-        """From [(tag, steps, values)], in row order. Steps within a series must be distinct.
-        `skipped_steps`: the steps marked skipped; those where no ratio was logged are dropped."""
+        """The matrix of `series`.
+
+        Args:
+            series: [(tag, steps, values)] in row order; a series' steps (int) distinct.
+            skipped_steps: the steps marked skipped; those where no ratio was logged are
+                dropped.
+
+        Returns:
+            The matrix, its steps the union of the series' steps.
+        """
         if not series:
             return cls((), np.zeros(0, np.int64), np.zeros((0, 0)), np.zeros((0, 0), bool))
         steps = np.unique(np.concatenate([s for _, s, _ in series]).astype(np.int64))
@@ -104,7 +109,18 @@ class Columns:
 
 
 def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> Columns:
-    """Columns over [start, end] for the logged `steps` (sorted, distinct)."""
+    """The columns over [start, end].
+
+    Args:
+        steps: the logged steps, int64, sorted and distinct.
+        start: the first step of the range.
+        end: the last step of the range, not before `start`.
+        max_columns: at most this many columns, at least 1.
+
+    Returns:
+        One column per logged step inside the range if there are at most `max_columns`,
+        else equal bins of ceil((end − start + 1) / max_columns) steps.
+    """
     inside = steps[(steps >= start) & (steps <= end)]
     if len(inside) <= max_columns:
         bounds = inside.copy()
@@ -126,7 +142,15 @@ def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> C
 
 
 def skipped_per_column(matrix: RunMatrix, columns: Columns) -> np.ndarray:
-    """uint32[C]: how many of each column's logged steps the optimizer skipped."""
+    """How many of each column's logged steps the optimizer skipped.
+
+    Args:
+        matrix: the run's ratios.
+        columns: columns made by `make_columns`.
+
+    Returns:
+        uint32[C].
+    """
     skipped = matrix.steps[matrix.skipped_mask]
     limits = np.searchsorted(skipped, np.append(columns.start, columns.end + 1))
     return np.diff(limits).astype(np.uint32)
@@ -135,7 +159,20 @@ def skipped_per_column(matrix: RunMatrix, columns: Columns) -> np.ndarray:
 def reduce_columns(
     matrix: RunMatrix, columns: Columns, reduction: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(values float64[L, C], missing bool[L, C]) of `matrix` reduced into `columns`."""
+    """The ratios of `matrix` reduced into `columns` (the module docstring says how).
+
+    Args:
+        matrix: the run's ratios.
+        columns: columns made by `make_columns`.
+        reduction: one of REDUCTIONS.
+
+    Returns:
+        (values float64[L, C], missing bool[L, C]): missing where the layer logged nothing
+        in the column (its value NaN).
+
+    Raises:
+        ValueError: an unknown `reduction`.
+    """
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; expected one of {REDUCTIONS}")
     n_layers, n_columns = len(matrix.tags), len(columns.start)
@@ -181,172 +218,3 @@ def reduce_columns(
         out = np.where(count[ZERO] > 0, 0.0, smallest)
     out = np.where(count[BROKEN] > 0, np.nan, out)
     return np.where(missing, np.nan, out), missing
-
-
-# --- flags ------------------------------------------------------------------------------
-
-
-def flag_layers(matrix: RunMatrix, low: float, high: float) -> list[dict]:
-    """The layers whose ratio left [low, high] at some logged step, worst first.
-
-    Zero (nothing moved) counts as below the band. +inf (a zero weight that moved) and NaN
-    (not finite) are reported separately and are not out of band. Steps the optimizer
-    skipped (every ratio 0 by design) are not judged: `out_of_band_fraction` is over the
-    other logged steps, and `skipped_steps` counts them.
-    """
-    flagged = []
-    v, p = matrix.values, matrix.present
-    skipped = p & matrix.skipped_mask
-    judged = p & ~skipped
-    with np.errstate(invalid="ignore"):
-        finite = judged & np.isfinite(v) & (v >= 0)
-        below = finite & (v < low)
-        above = finite & (v > high)
-        broken = p & ~(v >= 0)
-        infinite = p & (v == np.inf)
-    steps = matrix.steps
-    for row, tag in enumerate(matrix.tags):
-        logged = int(p[row].sum())
-        n_judged = int(judged[row].sum())
-        out = below[row] | above[row]
-        if not (out.any() or broken[row].any() or infinite[row].any()):
-            continue
-        out_steps = steps[out]
-        flagged.append(
-            {
-                "tag": tag,
-                "logged_steps": logged,
-                "skipped_steps": int(skipped[row].sum()),
-                "out_of_band_fraction": float(out.sum() / n_judged) if n_judged else 0.0,
-                "below_steps": int(below[row].sum()),
-                "above_steps": int(above[row].sum()),
-                "first_out_of_band_step": int(out_steps[0]) if len(out_steps) else None,
-                "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
-                "nan_steps": int(broken[row].sum()),
-                "first_nan_step": _first(steps[broken[row]]),
-                "inf_steps": int(infinite[row].sum()),
-                "first_inf_step": _first(steps[infinite[row]]),
-            }
-        )
-    # layers gone NaN first, then the most often out of band
-    flagged.sort(key=lambda f: (f["nan_steps"] == 0, -f["out_of_band_fraction"], f["tag"]))
-    return flagged
-
-
-def _first(steps: np.ndarray) -> int | None:
-    return int(steps[0]) if len(steps) else None
-
-
-# --- wire encoding ----------------------------------------------------------------------
-
-# A cell is a uint16 code: a special value, or a ratio to 3 significant digits,
-# m × 10**k with m in 100..999 and k in MIN_EXPONENT..MAX_EXPONENT.
-CODE_MISSING, CODE_NAN, CODE_INF, CODE_ZERO, CODE_TINY, CODE_HUGE = range(6)
-FIRST_VALUE_CODE = 6
-MANTISSAS = 900
-MIN_EXPONENT = -42  # 1.00e-40 is the smallest coded value ...
-MAX_EXPONENT = 21  # ... and 9.99e+23 the largest
-CODES = {
-    "missing": CODE_MISSING,
-    "nan": CODE_NAN,
-    "inf": CODE_INF,
-    "zero": CODE_ZERO,
-    "tiny": CODE_TINY,
-    "huge": CODE_HUGE,
-    "first_value": FIRST_VALUE_CODE,
-    "mantissas": MANTISSAS,
-    "min_exponent": MIN_EXPONENT,
-}
-
-
-def encode_cells(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
-    """uint16 codes of `values`; ratios rounded to 3 significant digits, ties away from zero
-    (as JavaScript's toPrecision(3) rounds the exact value)."""
-    codes = np.full(values.shape, CODE_NAN, np.uint16)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        codes[values == 0] = CODE_ZERO
-        codes[values == np.inf] = CODE_INF
-        positive = (values > 0) & np.isfinite(values)
-        v = values[positive]
-        exponent = np.floor(np.log10(v)).astype(np.int64) - 2
-        scaled = v / 10.0 ** exponent.astype(np.float64)
-        mantissa = np.floor(scaled + 0.5).astype(np.int64)
-        near_tie = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
-        for i in np.flatnonzero(near_tie):
-            mantissa[i], exponent[i] = _exact_three_digits(float(v[i]))
-        carry = mantissa >= 1000
-        mantissa[carry] //= 10
-        exponent[carry] += 1
-        low = mantissa < 100
-        mantissa[low] *= 10
-        exponent[low] -= 1
-    coded = FIRST_VALUE_CODE + (exponent - MIN_EXPONENT) * MANTISSAS + (mantissa - 100)
-    coded = np.where(exponent < MIN_EXPONENT, CODE_TINY, coded)
-    coded = np.where(exponent > MAX_EXPONENT, CODE_HUGE, coded)
-    codes[positive] = coded.astype(np.uint16)
-    codes[missing] = CODE_MISSING
-    return codes
-
-
-def decode_cells(codes: np.ndarray) -> np.ndarray:
-    """float64 values of `codes` (the inverse of `encode_cells` up to rounding); missing is
-    NaN, tiny 0 and huge +inf, for tests and the headless report."""
-    index = codes.astype(np.int64) - FIRST_VALUE_CODE
-    mantissa = index % MANTISSAS + 100
-    exponent = index // MANTISSAS + MIN_EXPONENT
-    values = mantissa * 10.0 ** exponent.astype(np.float64)
-    special = {CODE_MISSING: np.nan, CODE_NAN: np.nan, CODE_INF: np.inf, CODE_ZERO: 0.0,
-               CODE_TINY: 0.0, CODE_HUGE: np.inf}
-    for code, value in special.items():
-        values[codes == code] = value
-    return values
-
-
-def _exact_three_digits(value: float) -> tuple[int, int]:
-    exact = decimal.Decimal(value)
-    exponent = exact.adjusted() - 2
-    mantissa = int(exact.scaleb(-exponent).quantize(1, rounding=decimal.ROUND_HALF_UP))
-    return mantissa, exponent
-
-
-def pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
-    """The gzip-compressed binary response: b"WUR1", uint32 header length, JSON header
-    (padded to 8 bytes) naming each array's dtype, offset and length, then the arrays
-    (little-endian, each at an offset that is a multiple of 8). A uint16 array is sent as
-    "uint16_planes": all its high bytes, then all its low bytes (it compresses better)."""
-    layout, chunks, offset = {}, [], 0
-    for name, array in arrays.items():
-        flat = np.ascontiguousarray(array).ravel()
-        dtype = flat.dtype.name
-        if dtype == "uint16":
-            data = np.concatenate([(flat >> 8).astype(np.uint8), (flat & 0xFF).astype(np.uint8)])
-            data, dtype = data.tobytes(), "uint16_planes"
-        else:
-            data = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
-        layout[name] = {"dtype": dtype, "offset": offset, "length": int(flat.size)}
-        padding = -len(data) % 8
-        chunks.append(data + b"\0" * padding)
-        offset += len(data) + padding
-    text = json.dumps({**header, "arrays": layout}, allow_nan=False).encode("utf-8")
-    text += b" " * (-(len(text) + 8) % 8)
-    body = b"WUR1" + struct.pack("<I", len(text)) + text + b"".join(chunks)
-    return gzip.compress(body, compresslevel=6, mtime=0)
-
-
-def unpack(payload: bytes) -> tuple[dict, dict[str, np.ndarray]]:
-    """The inverse of `pack`, compressed or not (for tests and clients written in Python)."""
-    body = gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload
-    if body[:4] != b"WUR1":
-        raise ValueError("not a WUR1 payload")
-    (length,) = struct.unpack("<I", body[4:8])
-    header = json.loads(body[8 : 8 + length])
-    base = 8 + length
-    arrays = {}
-    for name, spec in header.pop("arrays").items():
-        start, n = base + spec["offset"], spec["length"]
-        if spec["dtype"] == "uint16_planes":
-            planes = np.frombuffer(body, np.uint8, 2 * n, start).astype(np.uint16)
-            arrays[name] = (planes[:n] << 8) | planes[n:]
-        else:
-            arrays[name] = np.frombuffer(body, np.dtype(spec["dtype"]).newbyteorder("<"), n, start)
-    return header, arrays

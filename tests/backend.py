@@ -9,17 +9,19 @@ from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 
-from tb_wur_plugin import heatmap, metadata, plugin
+from tb_wur_plugin import heatmap_wire, metadata, plugin
 
 
 class Backend:
     def __init__(self, logdir: str, samples: int = 0):
         """`samples`: steps kept per tag (as --samples_per_plugin=wur=N), 0 for all."""
+        self.logdir = logdir
         multiplexer = plugin_event_multiplexer.EventMultiplexer(
             tensor_size_guidance={metadata.PLUGIN_NAME: samples}
         )
         multiplexer.AddRunsFromDirectory(logdir)
         multiplexer.Reload()
+        self.multiplexer = multiplexer  # Reload() it as TensorBoard's reload loop does
         provider = data_provider.MultiplexerDataProvider(multiplexer, logdir)
         context = base_plugin.TBContext(
             logdir=logdir, data_provider=provider, sampling_hints={metadata.PLUGIN_NAME: samples}
@@ -42,4 +44,4 @@ class Backend:
         )
         assert response.status_code == 200, response.get_data(as_text=True)
         assert response.headers["Content-Encoding"] == "gzip"
-        return heatmap.unpack(response.get_data())
+        return heatmap_wire.unpack(response.get_data())

@@ -24,7 +24,7 @@ import werkzeug.test
 from werkzeug.wrappers import Request
 
 from backend import Backend
-from tb_wur_plugin import heatmap, metadata
+from tb_wur_plugin import heatmap, heatmap_wire, metadata
 from weird_logs import NO_RATIOS, RUNS, STEPS, write_runs
 
 SEED = 20261201
@@ -225,7 +225,7 @@ def _check_ok(route: str, params: dict, response, body: bytes) -> None:
         assert content_type.startswith("text/javascript") and body == INDEX_JS
     elif route == "heatmap":
         assert content_type == "application/octet-stream"
-        header, arrays = heatmap.unpack(body)
+        header, arrays = heatmap_wire.unpack(body)
         runs = params["run"]
         assert [r["run"] for r in header["runs"]] == runs
         assert 1 <= header["columns"] <= int(params.get("columns", ["1000"])[0])

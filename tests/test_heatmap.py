@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tb_wur_plugin import heatmap
+from tb_wur_plugin import flags, heatmap, heatmap_wire
 
 
 def _random_matrix(rng, n_layers=6, n_steps=80):
@@ -88,27 +88,27 @@ def test_encoding_rounds_to_three_significant_digits_like_javascript():
     values = np.array([[1.235e-3, 1.125, 9.995e-3, 0.0, np.inf, np.nan, 1e-41, 1e30, 123.4, 1e-40]])
     missing = np.zeros_like(values, bool)
     missing[0, 5] = False
-    codes = heatmap.encode_cells(values, missing)
-    decoded = heatmap.decode_cells(codes)
+    codes = heatmap_wire.encode_cells(values, missing)
+    decoded = heatmap_wire.decode_cells(codes)
     # as JavaScript: (0.001235).toPrecision(3) == "0.00123", 1.125 -> "1.13", 0.009995 -> "0.0100"
     assert [f"{v:.2e}" for v in decoded[0, :3]] == ["1.23e-03", "1.13e+00", "1.00e-02"]
-    assert list(codes[0, 3:8]) == [heatmap.CODE_ZERO, heatmap.CODE_INF, heatmap.CODE_NAN,
-                                   heatmap.CODE_TINY, heatmap.CODE_HUGE]
+    assert list(codes[0, 3:8]) == [heatmap_wire.CODE_ZERO, heatmap_wire.CODE_INF, heatmap_wire.CODE_NAN,
+                                   heatmap_wire.CODE_TINY, heatmap_wire.CODE_HUGE]
     assert decoded[0, 8] == 123.0 and decoded[0, 9] == pytest.approx(1e-40)
-    assert heatmap.encode_cells(values, np.ones_like(values, bool)).max() == heatmap.CODE_MISSING
+    assert heatmap_wire.encode_cells(values, np.ones_like(values, bool)).max() == heatmap_wire.CODE_MISSING
 
 
 def test_encoding_matches_python_formatting_on_random_ratios():
     rng = np.random.default_rng(1)
     values = 10.0 ** rng.uniform(-12, 3, size=20000)
-    decoded = heatmap.decode_cells(heatmap.encode_cells(values, np.zeros(values.shape, bool)))
+    decoded = heatmap_wire.decode_cells(heatmap_wire.encode_cells(values, np.zeros(values.shape, bool)))
     assert [f"{v:.2e}" for v in decoded] == [f"{v:.2e}" for v in values]
 
 
 def test_pack_round_trips_arrays_and_header():
     arrays = {"codes": np.arange(0, 60000, 7, dtype=np.uint16), "start": np.array([0.0, 5.5]),
               "count": np.array([3, 4], np.uint32)}
-    header, unpacked = heatmap.unpack(heatmap.pack({"a": [1, "b"]}, arrays))
+    header, unpacked = heatmap_wire.unpack(heatmap_wire.pack({"a": [1, "b"]}, arrays))
     assert header == {"a": [1, "b"]}
     for name, array in arrays.items():
         np.testing.assert_array_equal(unpacked[name], array)
@@ -132,9 +132,9 @@ def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
     assert list(counts) == want
     # the flags are those of the run without its skipped steps, plus how many were skipped
     kept = [(tag, s[~np.isin(s, skipped)], v[~np.isin(s, skipped)]) for tag, s, v in series]
-    without = heatmap.flag_layers(heatmap.RunMatrix.from_series(kept), 1e-4, 1e-2)
+    without = flags.flag_layers(heatmap.RunMatrix.from_series(kept), 1e-4, 1e-2)
     without = {f["tag"]: f for f in without}
-    flagged = heatmap.flag_layers(matrix, 1e-4, 1e-2)
+    flagged = flags.flag_layers(matrix, 1e-4, 1e-2)
     assert [f["tag"] for f in flagged] == list(without)
     for f in flagged:
         tag_steps = {t: s for t, s, _ in series}[f["tag"]]

@@ -25,7 +25,7 @@ from tensorboard.compat.proto import event_pb2
 
 from backend import Backend
 from tb_server import TensorBoardServer
-from tb_wur_plugin import heatmap, wur_summary
+from tb_wur_plugin import heatmap_wire, wur_summary
 
 LOADERS = pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
 TAGS = ("model/dense/kernel", "model/dense/bias")
@@ -156,16 +156,16 @@ def test_damaged_event_files_keep_their_intact_prefix(damaged_logdir, load_fast)
             # the export: exactly the intact steps, with the values written
             assert _export_steps(server, run) == steps, run
             # the heatmap: one column per step of the run; a cell where the tag kept the step
-            header, arrays = heatmap.unpack(server.get(f"{ROUTE}heatmap?run={run}&reduction=last")[2])
+            header, arrays = heatmap_wire.unpack(server.get(f"{ROUTE}heatmap?run={run}&reduction=last")[2])
             (shown,) = header["runs"]
             assert shown["tags"] == list(TAGS)
             columns = sorted(set().union(*steps.values()))
             np.testing.assert_array_equal(arrays["column_first"], columns)
             codes = arrays[shown["codes"]].reshape(len(TAGS), len(columns))
             for row, tag in enumerate(TAGS):
-                present = [c != heatmap.CODE_MISSING for c in codes[row]]
+                present = [c != heatmap_wire.CODE_MISSING for c in codes[row]]
                 assert present == [s in steps[tag] for s in columns], (run, tag)
-                cells = heatmap.decode_cells(codes[row][np.array(present)])
+                cells = heatmap_wire.decode_cells(codes[row][np.array(present)])
                 want = [_ratio(row, s) for s in steps[tag]]
                 assert [f"{v:.2e}" for v in cells] == [f"{v:.2e}" for v in want]
             # every other route: an answer, never a server error
@@ -186,7 +186,7 @@ def _check_answer(path: str, status: int, body: bytes, keep: bool) -> None:
         assert body.startswith(b"Not found: ") and b"\n" not in body, (path, body[:300])
         return
     if path.startswith("heatmap"):
-        header, _ = heatmap.unpack(body)
+        header, _ = heatmap_wire.unpack(body)
         assert header["columns"] == STEPS, path
         for shown in header["runs"]:  # doomed, read between its deletion and the reload: no rows
             assert shown["tags"] == list(TAGS) or (shown["run"] == "doomed" and not shown["tags"])
@@ -274,7 +274,7 @@ def test_an_export_whose_run_is_deleted_midway_is_aborted_not_truncated(tmp_path
     response = backend.client.get(f"{ROUTE}export?run=doomed&format=csv")  # not read yet
     assert response.status_code == 200
     shutil.rmtree(logdir / "doomed")
-    backend.plugin._provider._multiplexer.Reload()  # as TensorBoard's reload loop does
+    backend.multiplexer.Reload()  # as TensorBoard's reload loop does
     with pytest.raises(errors.NotFoundError, match="'doomed' was removed during its export"):
         response.get_data()
     response = backend.get("export", run="doomed", format="csv")
@@ -345,13 +345,13 @@ def test_fifty_parallel_clients_get_the_same_correct_heatmap(wide_logdir, load_f
         assert [status for status, _, _ in answers] == [200] * 2 * CLIENTS
         bodies = {body for _, _, body in answers}
         assert len(bodies) == 1
-        header, arrays = heatmap.unpack(bodies.pop())
+        header, arrays = heatmap_wire.unpack(bodies.pop())
         (run,) = header["runs"]
         # (one tf.function writes every layer at once: the row order among them is by tag
         # or write time, not tested here)
         assert sorted(run["tags"]) == sorted(tags) and header["columns"] == WIDE_STEPS
         np.testing.assert_array_equal(arrays["column_first"], np.arange(WIDE_STEPS))
-        got = heatmap.decode_cells(arrays[run["codes"]]).reshape(LAYERS, WIDE_STEPS)
+        got = heatmap_wire.decode_cells(arrays[run["codes"]]).reshape(LAYERS, WIDE_STEPS)
         want = ratios.T.astype(np.float64)[[tags.index(tag) for tag in run["tags"]]]
         assert [f"{v:.2e}" for v in got.ravel()] == [f"{v:.2e}" for v in want.ravel()]
         assert "Traceback" not in server.output()

@@ -1,0 +1,172 @@
+"""The heatmap's wire encoding: cells as uint16 codes, and the binary `WUR1` payload that
+carries them with a JSON header. Pure numpy, no TensorBoard.
+
+A cell is a uint16 code: a special value, or a ratio to 3 significant digits,
+m × 10**k with m in 100..999 and k in MIN_EXPONENT..MAX_EXPONENT. `CODES` names every
+constant a decoder needs; the `/heatmap` header carries it, so that a client decodes from
+the header alone.
+"""
+
+from __future__ import annotations
+
+import decimal
+import gzip
+import json
+import struct
+
+import numpy as np
+
+CODE_MISSING, CODE_NAN, CODE_INF, CODE_ZERO, CODE_TINY, CODE_HUGE = range(6)
+FIRST_VALUE_CODE = 6
+MANTISSAS = 900
+MIN_EXPONENT = -42  # 1.00e-40 is the smallest coded value ...
+MAX_EXPONENT = 21  # ... and 9.99e+23 the largest
+CODES = {
+    "missing": CODE_MISSING,
+    "nan": CODE_NAN,
+    "inf": CODE_INF,
+    "zero": CODE_ZERO,
+    "tiny": CODE_TINY,
+    "huge": CODE_HUGE,
+    "first_value": FIRST_VALUE_CODE,
+    "mantissas": MANTISSAS,
+    "min_exponent": MIN_EXPONENT,
+    "max_exponent": MAX_EXPONENT,
+}
+
+
+def encode_cells(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """The codes of heatmap cells.
+
+    Ratios are rounded to 3 significant digits, ties away from zero (as JavaScript's
+    toPrecision(3) rounds the exact value); a positive ratio below 1.00e-40 is CODE_TINY, a
+    finite one that rounds to 1.00e24 or more CODE_HUGE; NaN and negative values are
+    CODE_NAN.
+
+    Args:
+        values: float64 cells.
+        missing: bool, the shape of `values`: cells where nothing was logged (CODE_MISSING,
+            whatever the value).
+
+    Returns:
+        uint16 codes, the shape of `values`.
+    """
+    codes = np.full(values.shape, CODE_NAN, np.uint16)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        codes[values == 0] = CODE_ZERO
+        codes[values == np.inf] = CODE_INF
+        positive = (values > 0) & np.isfinite(values)
+        v = values[positive]
+        exponent = np.floor(np.log10(v)).astype(np.int64) - 2
+        scaled = v / 10.0 ** exponent.astype(np.float64)
+        mantissa = np.floor(scaled + 0.5).astype(np.int64)
+        near_tie = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
+        for i in np.flatnonzero(near_tie):
+            mantissa[i], exponent[i] = _exact_three_digits(float(v[i]))
+        carry = mantissa >= 1000
+        mantissa[carry] //= 10
+        exponent[carry] += 1
+        low = mantissa < 100
+        mantissa[low] *= 10
+        exponent[low] -= 1
+    coded = FIRST_VALUE_CODE + (exponent - MIN_EXPONENT) * MANTISSAS + (mantissa - 100)
+    coded = np.where(exponent < MIN_EXPONENT, CODE_TINY, coded)
+    coded = np.where(exponent > MAX_EXPONENT, CODE_HUGE, coded)
+    codes[positive] = coded.astype(np.uint16)
+    codes[missing] = CODE_MISSING
+    return codes
+
+
+def decode_cells(codes: np.ndarray) -> np.ndarray:
+    """The values of `codes`, the inverse of `encode_cells` up to its rounding (for tests
+    and clients written in Python).
+
+    Args:
+        codes: codes made by `encode_cells`.
+
+    Returns:
+        float64 values, the shape of `codes`: missing and nan are NaN, tiny 0, huge +inf.
+    """
+    index = codes.astype(np.int64) - FIRST_VALUE_CODE
+    mantissa = index % MANTISSAS + 100
+    exponent = index // MANTISSAS + MIN_EXPONENT
+    values = mantissa * 10.0 ** exponent.astype(np.float64)
+    special = {CODE_MISSING: np.nan, CODE_NAN: np.nan, CODE_INF: np.inf, CODE_ZERO: 0.0,
+               CODE_TINY: 0.0, CODE_HUGE: np.inf}
+    for code, value in special.items():
+        values[codes == code] = value
+    return values
+
+
+def _exact_three_digits(value: float) -> tuple[int, int]:
+    exact = decimal.Decimal(value)
+    exponent = exact.adjusted() - 2
+    mantissa = int(exact.scaleb(-exponent).quantize(1, rounding=decimal.ROUND_HALF_UP))
+    return mantissa, exponent
+
+
+def pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
+    """The gzip-compressed binary payload of `header` and `arrays`.
+
+    Layout: b"WUR1", the uint32 header length, the JSON header (padded with spaces to 8
+    bytes) with an added key "arrays" naming each array's dtype, offset and length, then the
+    arrays (little-endian, each at an offset that is a multiple of 8). A uint16 array is sent
+    as dtype "uint16_planes": all its high bytes, then all its low bytes (it compresses
+    better).
+
+    Args:
+        header: JSON-serialisable, finite numbers only, without a key "arrays".
+        arrays: the arrays by name, each sent flattened (row-major).
+
+    Returns:
+        The payload, gzip-compressed.
+
+    Raises:
+        ValueError: `header` holds a non-finite number.
+    """
+    layout, chunks, offset = {}, [], 0
+    for name, array in arrays.items():
+        flat = np.ascontiguousarray(array).ravel()
+        dtype = flat.dtype.name
+        if dtype == "uint16":
+            data = np.concatenate([(flat >> 8).astype(np.uint8), (flat & 0xFF).astype(np.uint8)])
+            data, dtype = data.tobytes(), "uint16_planes"
+        else:
+            data = flat.astype(flat.dtype.newbyteorder("<")).tobytes()
+        layout[name] = {"dtype": dtype, "offset": offset, "length": int(flat.size)}
+        padding = -len(data) % 8
+        chunks.append(data + b"\0" * padding)
+        offset += len(data) + padding
+    text = json.dumps({**header, "arrays": layout}, allow_nan=False).encode("utf-8")
+    text += b" " * (-(len(text) + 8) % 8)
+    body = b"WUR1" + struct.pack("<I", len(text)) + text + b"".join(chunks)
+    return gzip.compress(body, compresslevel=6, mtime=0)
+
+
+def unpack(payload: bytes) -> tuple[dict, dict[str, np.ndarray]]:
+    """The inverse of `pack` (for tests and clients written in Python).
+
+    Args:
+        payload: a payload made by `pack`, gzip-compressed or not.
+
+    Returns:
+        (header without its "arrays" key, the arrays by name, flat).
+
+    Raises:
+        ValueError: `payload` is not a WUR1 payload.
+    """
+    body = gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload
+    if body[:4] != b"WUR1":
+        raise ValueError("not a WUR1 payload")
+    (length,) = struct.unpack("<I", body[4:8])
+    header = json.loads(body[8 : 8 + length])
+    base = 8 + length
+    arrays = {}
+    for name, spec in header.pop("arrays").items():
+        start, n = base + spec["offset"], spec["length"]
+        if spec["dtype"] == "uint16_planes":
+            planes = np.frombuffer(body, np.uint8, 2 * n, start).astype(np.uint16)
+            arrays[name] = (planes[:n] << 8) | planes[n:]
+        else:
+            arrays[name] = np.frombuffer(body, np.dtype(spec["dtype"]).newbyteorder("<"), n, start)
+    return header, arrays
