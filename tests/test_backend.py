@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from backend import Backend
-from tb_wur_plugin import heatmap, metadata, wur_summary
+from tb_wur_plugin import heatmap_wire, metadata, wur_summary
 
 
 def _write_runs(logdir):
@@ -88,7 +88,7 @@ def test_heatmap_one_column_per_step_with_exact_values(backend):
     exported = json.loads(backend.get("export", run="alpha", format="json").get_data())
     for row, tag in enumerate(run["tags"]):
         values = [v for _, _, v in exported[tag]]
-        shown = heatmap.decode_cells(codes[row])
+        shown = heatmap_wire.decode_cells(codes[row])
         for got, want in zip(shown, values):
             want = math.inf if want == "Infinity" else want
             assert got == want if math.isinf(want) else f"{got:.2e}" == f"{want:.2e}"
@@ -99,16 +99,16 @@ def test_heatmap_of_a_grown_model_has_explicit_gaps(backend):
     (run,) = header["runs"]
     codes = arrays[run["codes"]].reshape(2, header["columns"])
     assert run["tags"] == ["base/kernel", "added/kernel"]
-    assert list(codes[1][:3]) == [heatmap.CODE_MISSING] * 3
-    assert heatmap.CODE_MISSING not in codes[0] and heatmap.CODE_MISSING not in codes[1][3:]
+    assert list(codes[1][:3]) == [heatmap_wire.CODE_MISSING] * 3
+    assert heatmap_wire.CODE_MISSING not in codes[0] and heatmap_wire.CODE_MISSING not in codes[1][3:]
 
 
 def test_heatmap_special_values_are_kept(backend):
     header, arrays = backend.heatmap(run="special")
     (run,) = header["runs"]
     row = arrays[run["codes"]].reshape(2, 6)[run["tags"].index("odd/kernel")]
-    assert [row[0], row[2], row[3]] == [heatmap.CODE_INF, heatmap.CODE_ZERO, heatmap.CODE_NAN]
-    shown = heatmap.decode_cells(row)
+    assert [row[0], row[2], row[3]] == [heatmap_wire.CODE_INF, heatmap_wire.CODE_ZERO, heatmap_wire.CODE_NAN]
+    shown = heatmap_wire.decode_cells(row)
     assert f"{shown[1]:.3g}" == "0.00123"  # 1.235e-3 is 0.0012349999... in binary
     assert f"{shown[5]:.3g}" == "1.13"  # 1.125 is a tie: up, as JavaScript's toPrecision
 
@@ -119,7 +119,7 @@ def test_heatmap_of_several_runs_shares_the_columns(backend):
     # union of steps 0..5 and 0, 2, ..., 18
     np.testing.assert_array_equal(arrays["column_first"], [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18])
     special = arrays[header["runs"][1]["codes"]].reshape(2, 13)
-    assert list(special[0][6:]) == [heatmap.CODE_MISSING] * 7
+    assert list(special[0][6:]) == [heatmap_wire.CODE_MISSING] * 7
 
 
 def test_heatmap_of_the_widest_range(backend):
@@ -312,9 +312,9 @@ def test_heatmap_counts_the_skipped_steps_of_each_column(skipping):
     # the skipped steps hold ratio 0 in every layer; the others move by the learning rate
     for step in range(8):
         if step in SKIPPED:
-            assert list(codes[:, step]) == [heatmap.CODE_ZERO] * 2
+            assert list(codes[:, step]) == [heatmap_wire.CODE_ZERO] * 2
         else:
-            assert heatmap.decode_cells(codes[:, step]) == pytest.approx([1e-3, 2e-3], rel=0.02)
+            assert heatmap_wire.decode_cells(codes[:, step]) == pytest.approx([1e-3, 2e-3], rel=0.02)
     # binned: steps 0-2, 3-5, 6-7
     header, arrays = skipping.heatmap(run="skipping", columns=3)
     assert list(arrays["column_count"]) == [3, 3, 2]
@@ -349,3 +349,119 @@ def test_series_of_the_skipped_step_marker(skipping):
     assert series["values"] == [float(step in SKIPPED) for step in range(8)]
     exported = json.loads(skipping.get("export", run="skipping", format="json").get_data())
     assert set(exported) == {"net/w", "net/b"}  # the marker is not a ratio
+
+
+def test_runs_list_the_skipped_steps(skipping):
+    runs = {r["run"]: r for r in skipping.json("runs")["runs"]}
+    assert runs["skipping"]["skipped_at"] == list(SKIPPED)
+    assert runs["retried"]["skipped_at"] == [] and runs["plain"]["skipped_at"] == []
+    assert all(r["skipped_steps"] == len(r["skipped_at"]) for r in runs.values())
+
+
+def test_runs_are_the_same_from_the_cached_matrix_and_from_the_steps(skipping):
+    """/runs takes a run's steps from its cached matrix when a heatmap built it, else reads
+    them: both give the same answer."""
+    runs = sorted(r["run"] for r in skipping.json("runs")["runs"])
+    first = Backend(skipping.logdir)
+    listed = first.json("runs")
+    first.heatmap(run=runs)
+    assert first.json("runs") == listed
+    second = Backend(skipping.logdir)
+    second.heatmap(run=runs)
+    assert second.json("runs") == listed
+
+
+# --- what the wire names, so that the client repeats no rule of the backend -----------------
+
+
+def test_runs_name_the_reserved_tags(backend):
+    reserved = backend.json("runs")["reserved_tags"]
+    assert reserved == {
+        "learning_rate": metadata.LEARNING_RATE_TAG,
+        "skipped_step": metadata.SKIPPED_STEP_TAG,
+        "histogram_prefix": metadata.histogram_tag(""),
+    }
+    assert metadata.layer_of_histogram_tag(reserved["histogram_prefix"] + "a/b") == "a/b"
+    assert all(metadata.is_reserved_tag(tag) for tag in reserved.values())
+
+
+def _decode_with(codes_header: dict, codes: np.ndarray) -> np.ndarray:
+    """What a client decodes knowing only the header's `codes` object."""
+    h = codes_header
+    special = {h["missing"]: math.nan, h["nan"]: math.nan, h["inf"]: math.inf,
+               h["zero"]: 0.0, h["tiny"]: 0.0, h["huge"]: math.inf}
+    last = h["first_value"] + (h["max_exponent"] - h["min_exponent"] + 1) * h["mantissas"] - 1
+    values = []
+    for code in codes.tolist():
+        if code in special:
+            values.append(special[code])
+            continue
+        assert h["first_value"] <= code <= last
+        index = code - h["first_value"]
+        mantissa = index % h["mantissas"] + 100
+        exponent = index // h["mantissas"] + h["min_exponent"]
+        values.append(mantissa * 10.0 ** exponent)
+    return np.array(values)
+
+
+def test_heatmap_header_carries_every_constant_of_the_decoder(backend):
+    header, _ = backend.heatmap(run="special")
+    codes_header = header["codes"]
+    assert codes_header == heatmap_wire.CODES
+    assert codes_header["max_exponent"] == heatmap_wire.MAX_EXPONENT
+    last = codes_header["first_value"] + (
+        codes_header["max_exponent"] - codes_header["min_exponent"] + 1
+    ) * codes_header["mantissas"] - 1
+    every_code = np.arange(last + 1, dtype=np.uint16)
+    np.testing.assert_array_equal(
+        _decode_with(codes_header, every_code), heatmap_wire.decode_cells(every_code)
+    )
+    # the largest code is the largest value encoded; anything above it is `huge`
+    extremes = np.array([9.99e23, 1e24, 1e-40, 9.9e-41])
+    encoded = heatmap_wire.encode_cells(extremes, np.zeros(4, bool))
+    assert encoded.tolist() == [last, codes_header["huge"], codes_header["first_value"],
+                                codes_header["tiny"]]
+    assert _decode_with(codes_header, encoded[:1])[0] == pytest.approx(9.99e23)
+
+
+# --- steps written out of order ---------------------------------------------------------------
+
+
+def _write_out_of_order_runs(logdir):
+    """shuffled: steps 5, 2, 9. restarted: steps 0-7, then (a restart from a checkpoint, a
+    second event file) steps 4-11 with other values: steps 4-7 are written twice."""
+    writer = tf.summary.create_file_writer(f"{logdir}/shuffled")
+    with writer.as_default():
+        for step in (5, 2, 9):
+            wur_summary.scalar("net/w", 1e-3 * (1 + step), step=step)
+    writer.close()
+    for steps, value in ((range(0, 8), 1e-3), (range(4, 12), 2e-3)):
+        writer = tf.summary.create_file_writer(f"{logdir}/restarted")
+        with writer.as_default():
+            for step in steps:
+                wur_summary.scalar("net/w", value, step=step)
+        writer.close()
+
+
+def test_series_is_by_step_as_the_export(tmp_path):
+    _write_out_of_order_runs(str(tmp_path))
+    backend = Backend(str(tmp_path))
+    shuffled = backend.json("series", run="shuffled", tag="net/w")
+    assert shuffled["steps"] == [2, 5, 9]
+    assert shuffled["values"] == [float(np.float32(1e-3 * (1 + s))) for s in (2, 5, 9)]
+    restarted = backend.json("series", run="restarted", tag="net/w")
+    assert restarted["steps"] == sorted(restarted["steps"])
+    assert restarted["steps"] == [0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9, 10, 11]
+    first, second = float(np.float32(1e-3)), float(np.float32(2e-3))
+    assert restarted["values"][4:6] == [first, second]  # a step written twice: in write order
+    for run in ("shuffled", "restarted"):
+        series = backend.json("series", run=run, tag="net/w")
+        exported = json.loads(backend.get("export", run=run, format="json").get_data())["net/w"]
+        assert [(s, v) for _, s, v in exported] == list(zip(series["steps"], series["values"]))
+        assert [w for w, _, _ in exported] == series["wall_times"]
+    # the heatmap and /runs count a step written twice once, its last value
+    (layer,) = {r["run"]: r for r in backend.json("runs")["runs"]}["restarted"]["layers"]
+    assert (layer["first_step"], layer["last_step"], layer["logged_steps"]) == (0, 11, 12)
+    header, arrays = backend.heatmap(run="restarted", reduction="last")
+    decoded = heatmap_wire.decode_cells(arrays[header["runs"][0]["codes"]])
+    assert decoded.tolist() == pytest.approx([1e-3] * 4 + [2e-3] * 8, rel=1e-3)

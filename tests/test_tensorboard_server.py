@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from tb_server import TensorBoardServer
-from tb_wur_plugin import heatmap, wur_summary
+from test_backend import _write_out_of_order_runs
+from tb_wur_plugin import heatmap_wire, wur_summary
 
 STEPS = 5000
 TAGS = ("model/dense/kernel", "model/dense/bias", "model/head/kernel")
@@ -52,15 +53,15 @@ def test_every_step_reaches_the_heatmap_and_the_export(long_logdir, load_fast):
             f"/data/plugin/wur/heatmap?run=long_run&columns={STEPS}", {"Accept-Encoding": "gzip"}
         )
         assert status == 200 and headers["Content-Encoding"] == "gzip"
-        header, arrays = heatmap.unpack(body)
+        header, arrays = heatmap_wire.unpack(body)
         assert header["columns"] == STEPS
         np.testing.assert_array_equal(arrays["column_first"], np.arange(STEPS))
         codes = arrays[header["runs"][0]["codes"]].reshape(len(TAGS), STEPS)
         want = np.array([[_expected(i, s) for s in range(STEPS)] for i in range(len(TAGS))])
-        got = heatmap.decode_cells(codes)
+        got = heatmap_wire.decode_cells(codes)
         assert [f"{v:.2e}" for v in got.ravel()] == [f"{v:.2e}" for v in want.ravel()]
 
-        header, arrays = heatmap.unpack(
+        header, arrays = heatmap_wire.unpack(
             server.get("/data/plugin/wur/heatmap?run=long_run&columns=1000")[2]
         )  # exact binning: 5 steps per column
         assert header["columns"] == 1000
@@ -109,11 +110,29 @@ def test_skipped_steps_survive_sampling_with_the_ratios(tmp_path, load_fast):
             lambda d: d["runs"] and d["runs"][0]["last_step"] == 149, "/data/plugin/wur/runs"
         )
         assert runs["runs"][0]["layers"][0]["logged_steps"] == 10
-        header, arrays = heatmap.unpack(server.get("/data/plugin/wur/heatmap?run=skips")[2])
+        header, arrays = heatmap_wire.unpack(server.get("/data/plugin/wur/heatmap?run=skips")[2])
     steps = arrays["column_first"].astype(int)
     skipped = list(arrays[header["runs"][0]["skipped"]])
     assert len(steps) == 10 and skipped == [int(step % 3 == 0) for step in steps]
     assert any(skipped) and not all(skipped)
     assert runs["runs"][0]["skipped_steps"] == sum(skipped)
     codes = arrays[header["runs"][0]["codes"]]
-    assert [code == heatmap.CODE_ZERO for code in codes] == [bool(s) for s in skipped]
+    assert [code == heatmap_wire.CODE_ZERO for code in codes] == [bool(s) for s in skipped]
+
+
+def test_series_is_by_step_with_the_fast_loader(tmp_path):
+    """Steps written out of order, and a restarted run: /series is ascending and gives the
+    export's points in the export's order."""
+    _write_out_of_order_runs(str(tmp_path))
+    with TensorBoardServer(str(tmp_path), True) as server:
+        server.wait_for(
+            lambda d: [r["last_step"] for r in d["runs"]] == [11, 9], "/data/plugin/wur/runs"
+        )
+        for run in ("shuffled", "restarted"):
+            series = server.get_json(f"/data/plugin/wur/series?run={run}&tag=net/w")
+            assert series["steps"] and series["steps"] == sorted(series["steps"])
+            exported = json.loads(server.get(f"/data/plugin/wur/export?run={run}&format=json")[2])
+            assert [(s, v) for _, s, v in exported["net/w"]] == list(
+                zip(series["steps"], series["values"])
+            )
+        assert "Traceback" not in server.output()
