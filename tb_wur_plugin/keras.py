@@ -10,7 +10,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_wur_plugin import ratios, summary
+from tb_wur_plugin.recording import default_writer_until_exit
+from tb_wur_plugin.summary import learning_rate
+from tb_wur_plugin.watch import record
+from tb_wur_plugin.watched import snapshot, watched_variables, writes_summaries
 
 
 class WeightUpdateRatioCallback(keras.callbacks.Callback):
@@ -81,8 +84,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "so the change made by a single step cannot be observed. Use "
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
-        if not ratios.writes_summaries(
-            ratios.watched_variables(self.model.trainable_variables),
+        if not writes_summaries(
+            watched_variables(self.model.trainable_variables),
             getattr(self.model, "distribute_strategy", None),
         ):
             # A worker of a multi-worker strategy other than the chief, which logs every
@@ -108,16 +111,16 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._step_bound = step + 1
         if step < self._next_logged or step % self.update_freq:
             return
-        watched = ratios.watched_variables(self.model.trainable_variables)
+        watched = watched_variables(self.model.trainable_variables)
         if not watched:
             self._next_logged = step + self.update_freq
             self._warn_no_weights(step)
             return
-        self._pending = (step, watched, ratios.snapshot(watched))
+        self._pending = (step, watched, snapshot(watched))
         rate = _learning_rate(self.model.optimizer)
         if rate is not None:
             with self._writing():
-                summary.learning_rate(rate, step=step)
+                learning_rate(rate, step=step)
 
     def on_train_batch_end(self, batch, logs=None):
         if self._pending is None:
@@ -125,7 +128,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         step, watched, before = self._pending
         self._pending = None
         with self._writing():
-            ratios.record(watched, before, step, self.histograms)
+            record(watched, before, step, self.histograms)
         self._next_logged = step + self.update_freq
 
     def on_epoch_end(self, epoch, logs=None):
@@ -140,7 +143,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         """The writer as the default one; flushed on leaving unless `flush_millis` is set."""
         if self.flush_millis is None:
             return self._writer.as_default()
-        return summary.default_writer_until_exit(self._writer)
+        return default_writer_until_exit(self._writer)
 
     def _read_step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())

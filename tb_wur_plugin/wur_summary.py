@@ -3,11 +3,13 @@
 - `scalar(name, data, step=None, description=None)`: one layer's ratio ‖Δw‖₂ / ‖w‖₂.
 - `histogram(name, data, step=None, description=None)`: its elementwise ratios, bucketed.
 - `learning_rate(data, step=None, description=None)`: the learning rate, shown beside them.
-- `watch(variables, step=None, histograms=False)`: a context manager around the optimizer
-  step that computes and writes all of the above for `variables`, only when recording.
+- `watch(variables, step=None, histograms=False, optimizer=None)`: a context manager around
+  the optimizer step that computes and writes the ratios (and histograms) of `variables`,
+  only when recording; with `optimizer=` (a Keras optimizer) it takes Δw from the
+  optimizer's own update.
 """
 
-from tb_wur_plugin.ratios import watch
 from tb_wur_plugin.summary import histogram, learning_rate, scalar
+from tb_wur_plugin.watch import watch
 
 __all__ = ["scalar", "histogram", "learning_rate", "watch"]

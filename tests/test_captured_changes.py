@@ -13,20 +13,20 @@ from helpers import (
     read_events,
     reference_ratio,
 )
-from tb_wur_plugin import metadata, ratios, wur_summary
+from tb_wur_plugin import metadata, watch, wur_summary
 
 
 @pytest.fixture
 def captured(monkeypatch):
-    """Per call of `ratios.record`: which watched variables had their Δw captured."""
+    """Per call of `watch.record`: which watched variables had their Δw captured."""
     calls = []
-    record = ratios.record
+    record = watch.record
 
     def spy(watched, before, step, histograms=False, changes=None):
         calls.append([c is not None for c in (changes or [None] * len(watched))])
         return record(watched, before, step, histograms, changes)
 
-    monkeypatch.setattr(ratios, "record", spy)
+    monkeypatch.setattr(watch, "record", spy)
     return calls
 
 

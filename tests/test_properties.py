@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tb_wur_plugin import metadata, ratios, summary
+from tb_wur_plugin import bucketing, metadata, ratios
 
 DTYPES = [np.float16, np.float32, np.float64]
 
@@ -132,7 +132,7 @@ def ratio_arrays(draw):
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(ratio_arrays())
 def test_bucket_counts_put_every_value_where_comparisons_with_the_edges_do(values):
-    got = summary.bucket_counts(tf.constant(values)).numpy()
+    got = bucketing.bucket_counts(tf.constant(values)).numpy()
     np.testing.assert_array_equal(got, _buckets_by_comparison(values))
     assert got.sum() == values.size
 

@@ -12,7 +12,8 @@ from helpers import (
     reference_buckets,
     reference_ratio,
 )
-from tb_wur_plugin import metadata, ratios, wur_summary
+from tb_wur_plugin import metadata, ratios, watch, wur_summary
+from tb_wur_plugin.watched import _variable_path, watched_variables
 
 
 def _train_with_watch(model, optimizer, x, y, logdir, steps, use_function, histograms=False):
@@ -210,13 +211,13 @@ def test_tags_are_paths_and_duplicates_get_distinct_tags():
     layer = TwoSameNames(name="twin")
     layer.build((2,))
     assert [v.path for v in layer.weights[:2]] == ["twin/w", "twin/w"]
-    watched = ratios.watched_variables(layer.weights)
+    watched = watched_variables(layer.weights)
     assert [w.tag for w in watched] == ["twin/w", "twin/w_1"]  # int and frozen skipped
 
     plain = [tf.Variable(1.0, name="v"), tf.Variable(2.0, name="v"), tf.Variable(3.0, name="v_1")]
-    assert [w.tag for w in ratios.watched_variables(plain)] == ["v", "v_2", "v_1"]
-    assert [w.tag for w in ratios.watched_variables(plain[0])] == ["v"]
-    assert len(ratios.watched_variables(plain + plain)) == 3
+    assert [w.tag for w in watched_variables(plain)] == ["v", "v_2", "v_1"]
+    assert [w.tag for w in watched_variables(plain[0])] == ["v"]
+    assert len(watched_variables(plain + plain)) == 3
 
 
 def test_watch_rejects_what_is_not_a_variable(writer):
@@ -227,7 +228,7 @@ def test_watch_rejects_what_is_not_a_variable(writer):
         with wur_summary.watch(3, step=0):
             pass
     with pytest.raises(ValueError, match="reserved"):
-        ratios.watched_variables([tf.Variable(1.0, name="_wur/x")])
+        watched_variables([tf.Variable(1.0, name="_wur/x")])
     with writer.as_default(), pytest.raises(ValueError, match="no step set"):
         with wur_summary.watch([tf.Variable(1.0)]):
             pass
@@ -266,8 +267,8 @@ def _sgd_setup():
 
 def test_not_recording_eagerly_runs_no_ratio_code(logdir, writer, monkeypatch):
     counter = []
-    monkeypatch.setattr(ratios, "snapshot", _counting(ratios.snapshot, counter))
-    monkeypatch.setattr(ratios, "update_ratios", _counting(ratios.update_ratios, counter))
+    monkeypatch.setattr(watch, "snapshot", _counting(watch.snapshot, counter))
+    monkeypatch.setattr(watch, "update_ratios", _counting(watch.update_ratios, counter))
     _, train_step = _sgd_setup()
     train_step(watched=True)  # no default writer
     with writer.as_default(), tf.summary.record_if(False):
@@ -278,8 +279,8 @@ def test_not_recording_eagerly_runs_no_ratio_code(logdir, writer, monkeypatch):
 
 def test_not_recording_in_graph_runs_no_ratio_code(logdir, writer, monkeypatch):
     counter = []
-    monkeypatch.setattr(ratios, "snapshot", _counting(ratios.snapshot, counter))
-    monkeypatch.setattr(ratios, "update_ratios", _counting(ratios.update_ratios, counter))
+    monkeypatch.setattr(watch, "snapshot", _counting(watch.snapshot, counter))
+    monkeypatch.setattr(watch, "update_ratios", _counting(watch.update_ratios, counter))
     optimizer, train_step = _sgd_setup()
     step_fn = tf.function(lambda: train_step(watched=True))
     with writer.as_default(), tf.summary.record_if(lambda: optimizer.iterations % 3 == 0):
@@ -317,7 +318,7 @@ def test_watch_under_in_graph_record_if_matches_numpy_reference(logdir):
             train_step()
             if step % 2 == 0:
                 for v, old in zip(variables, before):
-                    expected[(ratios._variable_path(v), step)] = reference_ratio(old, v.numpy())
+                    expected[(_variable_path(v), step)] = reference_ratio(old, v.numpy())
     writer.close()
     assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
     events = read_events(logdir)
@@ -329,13 +330,13 @@ def test_eager_watch_writes_to_each_default_writer_with_one_trace(tmp_path):
     variables = [tf.Variable(np.ones((3, 2), np.float32), name="w")]
     optimizer = keras.optimizers.SGD(0.1)
     dirs = [str(tmp_path / name) for name in ("a", "b", "c")]
-    traces = ratios._write_ratios_traced.experimental_get_tracing_count()
+    traces = watch._write_ratios_traced.experimental_get_tracing_count()
     for step, logdir in enumerate(dirs + dirs[:1]):
         writer = tf.summary.create_file_writer(logdir)
         with writer.as_default(), wur_summary.watch(variables, step=step):
             optimizer.apply([tf.ones((3, 2))], variables)
         writer.close()
-    assert ratios._write_ratios_traced.experimental_get_tracing_count() - traces <= 1
+    assert watch._write_ratios_traced.experimental_get_tracing_count() - traces <= 1
     assert [sorted(ratio_series(d)["w"]) for d in dirs] == [[0, 3], [1], [2]]
 
 

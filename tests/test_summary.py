@@ -7,7 +7,7 @@ import tensorflow as tf
 from helpers import read_events, reference_buckets
 from tensorboard.backend.event_processing import event_file_loader
 
-from tb_wur_plugin import metadata, summary, wur_summary
+from tb_wur_plugin import batched_write, bucketing, metadata, recording, summary, wur_summary
 
 
 def test_scalar_writes_float32_at_explicit_and_default_step(logdir, writer):
@@ -127,19 +127,19 @@ def test_values_at_and_next_to_every_edge_land_where_comparisons_put_them(dtype)
     ]).astype(dtype)
     position = np.searchsorted(edges, values, side="right")  # compared in the data's dtype
     want = np.bincount(position + metadata.UNDERFLOW_BUCKET, minlength=metadata.NUM_BUCKETS)
-    got = summary.bucket_counts_by_row(tf.constant(values[np.newaxis])).numpy()[0]
+    got = bucketing.bucket_counts_by_row(tf.constant(values[np.newaxis])).numpy()[0]
     np.testing.assert_array_equal(got, want)
 
 
 def test_bucketing_is_one_compiled_pass_then_a_bincount():
-    graph = tf.function(summary.bucket_counts).get_concrete_function(
+    graph = tf.function(bucketing.bucket_counts).get_concrete_function(
         tf.TensorSpec([None], tf.float32)
     ).graph
     types = {op.type for op in graph.get_operations()}
     assert types & {"DenseBincount", "Bincount"} and "OneHot" not in types
     calls = [op for op in graph.get_operations() if "PartitionedCall" in op.type]
     assert [op.get_attr("_XlaMustCompile") for op in calls] == [True]
-    inner = summary._bucket_ids.get_concrete_function(
+    inner = bucketing._bucket_ids.get_concrete_function(
         tf.TensorSpec([None], tf.int32), *[tf.TensorSpec([], tf.int32)] * 3
     ).graph
     assert "OneHot" not in {op.type for op in inner.get_operations()}  # O(N), not O(N · buckets)
@@ -147,8 +147,8 @@ def test_bucketing_is_one_compiled_pass_then_a_bincount():
 
 def test_bucketing_more_values_than_its_limit_is_a_clear_error():
     with pytest.raises(ValueError, match="at most 1073741824"):
-        tf.function(summary.bucket_counts).get_concrete_function(
-            tf.TensorSpec([summary.MAX_VALUES + 1], tf.float32)
+        tf.function(bucketing.bucket_counts).get_concrete_function(
+            tf.TensorSpec([bucketing.MAX_VALUES + 1], tf.float32)
         )
 
 
@@ -157,8 +157,8 @@ def test_bucketing_padding_is_not_counted(size):
     """The values are padded to a power of two for XLA; the padding lands in no row."""
     values = np.full([3, size], 0.5, np.float32)
     values[1] = 0.0
-    counts = summary.bucket_counts_by_row(tf.constant(values)).numpy()
-    assert summary.bucket_counts(tf.constant(values[0])).numpy().sum() == size
+    counts = bucketing.bucket_counts_by_row(tf.constant(values)).numpy()
+    assert bucketing.bucket_counts(tf.constant(values[0])).numpy().sum() == size
     assert counts.sum(axis=1).tolist() == [size] * 3
     assert counts[1, metadata.ZERO_BUCKET] == size
     half = metadata.FIRST_BIN + int(np.searchsorted(metadata.HISTOGRAM_EDGES, 0.5, "right")) - 1
@@ -220,7 +220,9 @@ def test_write_scalars_writes_one_event_that_reads_as_scalar_summaries(logdir, w
              for i, t in enumerate(tags)]
     values = tf.constant([1.5e-3, np.inf, np.nan], tf.float32)
     with writer.as_default(), tf.summary.record_if(True):
-        summary.write_scalars(tags, values, 4, metas, summary.default_writer_resource("test"))
+        batched_write.write_scalars(
+            tags, values, 4, metas, recording.default_writer_resource("test")
+        )
     writer.flush()
     event = _the_only_event(logdir)
     assert event.step == 4
@@ -236,7 +238,7 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
     metas = [metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, t) for t in tags]
     rows = tf.constant(np.arange(2 * metadata.NUM_BUCKETS).reshape(2, -1) * 10**12, tf.int64)
     with writer.as_default(), tf.summary.record_if(True):
-        summary.write_tensors(tags, rows, 7, metas, summary.default_writer_resource("test"))
+        batched_write.write_tensors(tags, rows, 7, metas, recording.default_writer_resource("test"))
     writer.flush()
     event = _the_only_event(logdir)
     assert event.step == 7
@@ -244,7 +246,9 @@ def test_write_tensors_writes_one_event_that_reads_as_the_rows(logdir, writer):
         assert value.tag == tag and value.metadata == meta
         np.testing.assert_array_equal(tf.make_ndarray(value.tensor), want)
     with pytest.raises(ValueError, match="shape"):
-        summary.write_tensors(tags, rows[:1], 7, metas, summary.default_writer_resource("test"))
+        batched_write.write_tensors(
+            tags, rows[:1], 7, metas, recording.default_writer_resource("test")
+        )
 
 
 def test_values_across_the_float32_range_are_bucketed_as_comparisons_with_the_edges_do():
@@ -258,7 +262,7 @@ def test_values_across_the_float32_range_are_bucketed_as_comparisons_with_the_ed
         bits.astype(np.uint32).view(np.float32), edges,
         np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(np.inf)),
     ])
-    got = summary.bucket_counts_by_row(tf.constant(values[:, np.newaxis])).numpy()
+    got = bucketing.bucket_counts_by_row(tf.constant(values[:, np.newaxis])).numpy()
     assert (got.sum(axis=1) == 1).all()
     with np.errstate(invalid="ignore"):
         want = np.where(
@@ -274,23 +278,23 @@ def test_bucket_counts_by_row_equals_bucket_counts_of_each_row():
     rng = np.random.default_rng(5)
     rows = np.abs(rng.normal(size=(4, 30)) * 10.0 ** rng.integers(-12, 4, size=(4, 30)))
     rows[0, :3] = [0.0, np.inf, np.nan]
-    by_row = summary.bucket_counts_by_row(tf.constant(rows, tf.float32)).numpy()
+    by_row = bucketing.bucket_counts_by_row(tf.constant(rows, tf.float32)).numpy()
     assert by_row.shape == (4, metadata.NUM_BUCKETS)
     for row, counts in zip(rows, by_row):
         np.testing.assert_array_equal(counts, reference_buckets(row))
 
 
 def test_static_recording_knows_constant_conditions_without_adding_ops(writer):
-    assert summary.static_recording() is False  # no default writer
+    assert recording.static_recording() is False  # no default writer
     with writer.as_default():
-        assert summary.static_recording() is True
+        assert recording.static_recording() is True
         with tf.summary.record_if(False):
-            assert summary.static_recording() is False
+            assert recording.static_recording() is False
         with tf.summary.record_if(tf.constant(True)):
-            assert summary.static_recording() is True
+            assert recording.static_recording() is True
         with tf.summary.record_if(lambda: True):
-            assert summary.static_recording() is None  # decided when the graph runs
+            assert recording.static_recording() is None  # decided when the graph runs
         graph = tf.Graph()
         with graph.as_default():
-            summary.static_recording()
+            recording.static_recording()
         assert graph.get_operations() == []

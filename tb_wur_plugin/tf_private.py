@@ -1,0 +1,50 @@
+"""Every use of TensorFlow's private API in the package, and nothing else.
+
+TensorFlow has no public way to read or set the default summary writer without flushing it,
+to read its recording conditions, to get a writer's resource handle or whether it is closed,
+or to write a serialized `Summary` as it is. These functions do, and no other module touches
+`tensorflow.python`: `tests/test_tf_private.py` fails, naming what changed, when a
+TensorFlow release changes any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
+
+
+def default_writer() -> tf.summary.SummaryWriter | None:
+    """The default summary writer, None if there is none."""
+    return summary_ops_v2._summary_state.writer
+
+
+def set_default_writer(writer: tf.summary.SummaryWriter | None) -> None:
+    """Make `writer` the default writer (None: no default writer), flushing nothing."""
+    summary_ops_v2._summary_state.writer = writer
+
+
+def recording_conditions() -> tuple[Any, Any]:
+    """The two conditions `tf.summary.should_record_summaries()` combines: the one of
+    `tf.summary.record_if` and the one a `tf.distribute` strategy sets (each None, a bool, a
+    tensor or a callable)."""
+    state = summary_ops_v2._summary_state
+    return state.is_recording, state.is_recording_distribution_strategy
+
+
+def writer_resource(writer: tf.summary.SummaryWriter | None) -> tf.Tensor | None:
+    """The resource handle that summary ops take for `writer`; None for no writer or a
+    no-op writer."""
+    return getattr(writer, "_resource", None)
+
+
+def writer_closed(writer: tf.summary.SummaryWriter | None) -> bool:
+    """Whether `writer` has been closed (False for no writer or a no-op writer)."""
+    return bool(getattr(writer, "_closed", False))
+
+
+def write_raw_proto_summary(writer: tf.Tensor, step: tf.Tensor, message: tf.Tensor) -> tf.Operation:
+    """Write `message`, a serialized `Summary` (a string tensor), as one event at `step`
+    to the writer whose resource handle is `writer`."""
+    return gen_summary_ops.write_raw_proto_summary(writer, step, message)

@@ -1,0 +1,279 @@
+"""`watch`: logs the weight-update ratios of the update made in its block, and `record`,
+which writes them for a snapshot taken before an update (the Keras callback's way)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import tensorflow as tf
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars, write_tensors
+from tb_wur_plugin.capture import captured_changes
+from tb_wur_plugin.ratios import histogram_counts, partition, update_ratios
+from tb_wur_plugin.recording import (
+    check_default_writer_open,
+    default_writer_resource,
+    static_recording,
+)
+from tb_wur_plugin.watched import WatchedVariable, snapshot, watched_variables, writes_summaries
+
+
+def _captures_changes(optimizer: Any, watched: Sequence[WatchedVariable]) -> bool:
+    """Whether `watch` takes Δw from `optimizer`'s updates (`captured_changes`): a Keras
+    optimizer, outside `tf.distribute` (whose updates go to each replica's copy).
+
+    Raises:
+      TypeError: `optimizer` is neither None nor a Keras optimizer.
+      ValueError: Keras's backend is not TensorFlow's.
+    """
+    if optimizer is None:
+        return False
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"wur_summary.watch: optimizer must be a keras.optimizers.Optimizer, whose updates "
+            f"go through the variables' assign methods; got {type(optimizer).__name__}. "
+            "Leave optimizer out to compare the weights before and after instead."
+        )
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"wur_summary.watch: optimizer= needs Keras's TensorFlow backend, not "
+            f"{keras.backend.backend()!r}"
+        )
+    return not tf.distribute.has_strategy() and not any(
+        isinstance(w.variable, tf.distribute.DistributedValues) for w in watched
+    )
+
+
+def record(
+    watched: Sequence[WatchedVariable],
+    before: Sequence[tf.Tensor],
+    step: Any,
+    histograms: bool = False,
+    changes: Sequence[tf.Tensor | None] | None = None,
+) -> bool | tf.Tensor:
+    """Write the ratio (and histogram) of each watched variable's change since `before`,
+    and the skipped-step marker (1 if no watched variable changed).
+
+    Writes to the default writer regardless of `record_if`: the caller decided to record
+    when it took the snapshot. Eagerly, one traced function computes all ratios at once.
+
+    Args:
+      watched: the variables, as `watched.watched_variables` gives them.
+      before: their values before the update (`watched.snapshot`).
+      step: the step to write at.
+      histograms: also write the histograms of the elementwise ratios.
+      changes: optional, per variable, Δw as `captured_changes` gives it (then the ratio
+        reads no variable), or None.
+
+    Returns:
+      Whether it wrote (False for no writer or a no-op writer); in a graph, a boolean tensor.
+
+    Raises:
+      RuntimeError: the default writer is closed.
+    """
+    writer = default_writer_resource("wur_summary.watch")
+    if writer is None:  # no writer, or one that writes nothing
+        return False if tf.executing_eagerly() else tf.constant(False)
+    tags = tuple(w.tag for w in watched)
+    variables = [w.variable for w in watched]
+    changes = list(changes or [None] * len(watched))
+    write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
+    written = write(tags, variables, list(before), _read_step(step), histograms, writer, changes)
+    return bool(written) if tf.executing_eagerly() else written
+
+
+@contextlib.contextmanager
+def watch(
+    variables: Any, step: Any = None, histograms: bool = False, optimizer: Any = None
+) -> Iterator[None]:
+    """Log the weight-update ratio of each of `variables` for the update made in the block.
+
+    Snapshots the variables on entry and writes, on exit, one ratio ‖Δw‖₂ / ‖w‖₂ per
+    variable (and with `histograms=True` the histogram of its elementwise ratios) at `step`,
+    read on entry, to the default writer; also the skipped-step marker (1 when no watched
+    variable changed). Tags are the variables' paths (`watched.watched_variables`). When
+    summaries are not being recorded (no default writer, or `record_if` false) it reads,
+    computes and writes nothing. Inside a `tf.function` traced without a default writer, or
+    under a constant `record_if(False)`, it adds no op at all; with a writer and a tensor or
+    callable `record_if` condition it adds one conditional on entry and one on exit, which
+    run the snapshot and the ratios only when the condition holds.
+
+    Under a synchronous `tf.distribute` strategy it may wrap `optimizer.apply_gradients` in
+    the replica function (only replica 0 logs, as for `tf.summary`) or wrap `strategy.run`
+    in cross-replica context; either way each update is logged once, by the chief alone: on
+    the other workers of a multi-worker strategy it does nothing.
+
+    Args:
+      variables: a variable or an iterable of `tf.Variable`s or Keras variables; integer
+        and non-trainable ones are skipped.
+      step: the step to log at, read on entry (`step=optimizer.iterations` gives the number
+        of updates before this one); default `tf.summary.experimental.get_step()`.
+      histograms: also write the histogram of each variable's elementwise ratios.
+      optimizer: the Keras optimizer whose update the block makes, or None. With it, on
+        steps whose recording is known when traced (eagerly, or a function traced under a
+        writer without a tensor `record_if`), Δw is what the optimizer passes to the
+        variables' `assign`, `assign_add` and `assign_sub` (`capture.captured_changes`):
+        no second read of the weights. That is the update the optimizer computed, which
+        differs from the change of the stored weights by the float rounding of w + Δw.
+        Variables whose update it cannot see so are compared before and after.
+
+    Raises:
+      TypeError: something in `variables` is not a variable, or `optimizer` is not a Keras
+        optimizer.
+      ValueError: a variable path is reserved, no step is set while recording, or
+        `optimizer` is given on a Keras backend other than TensorFlow's.
+      NotImplementedError: under a `ParameterServerStrategy`.
+      RuntimeError: the default writer is closed.
+
+    Example:
+      >>> writer = tf.summary.create_file_writer("logs/run1")
+      >>> with writer.as_default():
+      ...     with wur_summary.watch(model.trainable_variables, step=optimizer.iterations,
+      ...                            optimizer=optimizer):
+      ...         optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    """
+    watched = watched_variables(variables)
+    capturing = _captures_changes(optimizer, watched)
+    recording = static_recording()
+    if recording is None and tf.executing_eagerly():
+        recording = bool(tf.summary.should_record_summaries())
+    if recording is False or not watched:
+        yield
+        return
+    if not writes_summaries(watched):  # a non-chief worker: the chief logs this update
+        yield
+        return
+    check_default_writer_open("wur_summary.watch")
+    if step is None:
+        step = tf.summary.experimental.get_step()
+    if step is None:
+        raise ValueError(
+            "wur_summary.watch: no step set; pass step= or call "
+            "tf.summary.experimental.set_step()"
+        )
+    if not recording:  # decided when the graph runs
+        yield from _watch_conditionally(watched, step, histograms)
+        return
+    step_value = _read_step(step)
+    before = snapshot(watched)
+    with (
+        captured_changes([w.variable for w in watched]) if capturing
+        else contextlib.nullcontext([None] * len(watched))
+    ) as changes:
+        yield
+    record(watched, before, step_value, histograms, changes)
+
+
+def _watch_conditionally(
+    watched: Sequence[WatchedVariable], step: Any, histograms: bool
+) -> Iterator[None]:
+    """The body of `watch` in a graph whose recording `tf.summary.should_record_summaries()`
+    decides when it runs: a conditional snapshot on entry, conditional ratios on exit."""
+    # The snapshot leaves the conditional as one stacked tensor per shape of small
+    # variables, and as is for large ones: few outputs, so that it costs little when it
+    # does not record.
+    stacks, large = partition([w.variable for w in watched])
+
+    def take_snapshot():
+        values = snapshot(watched)
+        return _read_step(step), (
+            [tf.stack([values[i] for i in stack]) for stack in stacks],
+            [tf.identity(values[i]) for i in large],
+        )
+
+    def no_snapshot():
+        def empty(i, rank):
+            return tf.zeros([0] * (rank or 1), watched[i].variable.dtype)
+
+        return tf.constant(0, tf.int64), (
+            [empty(stack[0], 1 + watched[stack[0]].variable.shape.rank) for stack in stacks],
+            [empty(i, watched[i].variable.shape.rank) for i in large],
+        )
+
+    def record_snapshot(snapshots):
+        stacked, large_values = snapshots
+        before = [None] * len(watched)
+        for stack, values in zip(stacks, stacked):
+            for i, value in zip(stack, tf.unstack(values, num=len(stack))):  # no copy
+                before[i] = value
+        for i, value in zip(large, large_values):
+            before[i] = value
+        return record(watched, before, step_value, histograms)
+
+    # Each branch that records is one call of a function kept out of line: when the
+    # condition is false, the step skips one op instead of hundreds.
+    take_snapshot = tf.function(take_snapshot, experimental_attributes=_NOT_INLINED)
+    record_snapshot = tf.function(record_snapshot, experimental_attributes=_NOT_INLINED)
+    should_record = tf.summary.should_record_summaries()
+    step_value, stacked = tf.cond(should_record, take_snapshot, no_snapshot)
+    yield
+    tf.cond(should_record, lambda: record_snapshot(stacked), lambda: tf.constant(False))
+
+
+_NOT_INLINED = {"_noinline": True}
+
+
+def _write_ratios(
+    tags: tuple[str, ...],
+    variables: list[tf.Variable],
+    before: list[tf.Tensor],
+    step: tf.Tensor,
+    histograms: bool,
+    writer: tf.Tensor,
+    changes: list[tf.Tensor | None],
+) -> tf.Tensor:
+    """The body of `record`: ratios, skipped-step marker and histograms, in two events."""
+    for old, variable in zip(before, variables):
+        old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
+    ratios = update_ratios(before, variables, changes)  # large variables read one at a time
+    skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
+    abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
+    written = [
+        write_scalars(
+            [*tags, metadata.SKIPPED_STEP_TAG],
+            tf.concat([to_stored_scalar(ratios), skipped], 0),
+            step,
+            [
+                *(
+                    metadata.create_summary_metadata(
+                        metadata.KIND_RATIO, f"Weight-update ratio {about}", index
+                    )
+                    for index, about in enumerate(abouts)
+                ),
+                metadata.create_summary_metadata(
+                    metadata.KIND_SKIPPED_STEP,
+                    "1 where no watched variable changed (the optimizer skipped the step)",
+                ),
+            ],
+            writer,
+        )
+    ]
+    if histograms:
+        written.append(
+            write_tensors(
+                [metadata.histogram_tag(tag) for tag in tags],
+                histogram_counts(before, variables, changes),
+                step,
+                [
+                    metadata.create_summary_metadata(
+                        metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                    )
+                    for about in abouts
+                ],
+                writer,
+            )
+        )
+    return tf.reduce_all(tf.stack(written))
+
+
+# The writer is an argument, not captured: one trace serves every writer (a new writer per
+# `model.fit` call does not retrace).
+_write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
+
+
+def _read_step(step: Any) -> tf.Tensor:
+    return tf.cast(tf.identity(step), tf.int64)
