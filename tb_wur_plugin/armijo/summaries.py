@@ -1,0 +1,78 @@
+"""What `StochasticArmijo.minimize` writes: the step's step size, backtracks and losses, as
+one event under the reserved line-search tags (`metadata.LINE_SEARCH_TAGS`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
+from tb_wur_plugin.recording import default_writer_resource, static_recording
+
+_CONTEXT = "StochasticArmijo.minimize"
+
+_DESCRIPTIONS = {
+    metadata.LINE_SEARCH_STEP_SIZE: "Armijo line search: the step size applied",
+    metadata.LINE_SEARCH_BACKTRACKS: "Armijo line search: the rejected trials",
+    metadata.LINE_SEARCH_LOSS: "Armijo line search: the batch loss before the step",
+    metadata.LINE_SEARCH_NEW_LOSS: "Armijo line search: the batch loss at the accepted trial",
+}
+_METADATAS = [
+    metadata.create_summary_metadata(
+        metadata.KIND_LINE_SEARCH, _DESCRIPTIONS[series], series=series
+    )
+    for series in metadata.LINE_SEARCH_SERIES
+]
+
+
+def log_step(result: Any, step: Any = None) -> bool | tf.Tensor:
+    """Write `result` (a `StepResult`) when the default writer records, at `step` (default
+    `tf.summary.experimental.get_step()`).
+
+    Without a default writer, or under a constant false `tf.summary.record_if`, it adds no
+    op; under a tensor or callable `record_if` condition, one conditional.
+
+    Returns:
+      Whether it wrote: a Python bool eagerly, else a boolean tensor (or False when no op was
+      added).
+
+    Raises:
+      ValueError: summaries are recorded and there is no step.
+      RuntimeError: the default writer is closed.
+    """
+    recording = static_recording()
+    if recording is None and tf.executing_eagerly():
+        recording = bool(tf.summary.should_record_summaries())
+    if recording is False:
+        return False
+    writer = default_writer_resource(_CONTEXT)
+    if writer is None:  # a no-op writer
+        return False
+    if step is None:
+        step = tf.summary.experimental.get_step()
+    if step is None:
+        raise ValueError(
+            f"{_CONTEXT}: no step set to log the line search at; pass step= or call "
+            "tf.summary.experimental.set_step()"
+        )
+
+    def write() -> tf.Tensor:
+        values = tf.stack([
+            to_stored_scalar(result.step_size),
+            tf.cast(result.backtracks, tf.float32),
+            to_stored_scalar(result.loss),
+            to_stored_scalar(result.new_loss),
+        ])
+        return write_scalars(list(metadata.LINE_SEARCH_TAGS), values, step, _METADATAS, writer)
+
+    if recording:
+        written = write()
+    else:  # decided when the graph runs
+        written = tf.cond(
+            tf.summary.should_record_summaries(), write, lambda: tf.constant(False)
+        )
+    if tf.executing_eagerly():
+        return bool(written)
+    return written
