@@ -1,0 +1,504 @@
+"""Weight-update ratios of PyTorch training, logged from the optimizer's step hooks.
+
+    from tb_wur_plugin.torch import watch
+
+    handle = watch(optimizer, model, "logs/run1", every=100)
+    for x, y in loader:            # the loop does not change
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    handle.remove()
+
+Steps are counted from the `watch` call: the first `optimizer.step()` after it is step 0
+(a step the `torch.amp.GradScaler` skips is counted too, see `watch`). At steps 0, every,
+2·every, ... the step pre-hook copies the parameters (on their device) and the post-hook
+writes ‖w_after − w_before‖₂ / ‖w_before‖₂ of each parameter of `model` that requires grad;
+on the other steps the hooks compare an integer and return. No TensorFlow is imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.writer import (
+    Counts,
+    SummaryWriter,
+    histogram_description,
+    ratio_description,
+    ratios_from_norms,
+)
+
+__all__ = ["watch", "WatchHandle"]
+
+# Tensors are reduced in chunks of this many elements: float32 norms of the chunks (one
+# fused `_foreach_norm` over all chunks of all parameters), their squares summed in float64.
+CHUNK_ELEMENTS = 1 << 16
+# Histogram temporaries are bounded by bucketing this many elements at a time.
+HISTOGRAM_CHUNK_ELEMENTS = 1 << 22
+# A chunked sum of squares below this (or not finite) may have lost precision to float
+# underflow or overflowed: that tensor's norm is taken again, exactly (`_exact_norm`).
+_SMALLEST_SAFE_SUM = 1e-30
+_WORK_DTYPES = (torch.float32, torch.float64)
+
+
+def watch(
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    log_dir_or_writer: Any,
+    every: int = 100,
+    histograms: bool = False,
+) -> "WatchHandle":
+    """Log the weight-update ratio of every parameter of `model` that requires grad, at
+    every `every`-th `optimizer.step()` call, with no change to the training loop.
+
+    A step is one `optimizer.step()` call (gradient accumulation: micro-batches between two
+    calls are one step), counted from this call: steps 0, every, 2·every, ... are logged.
+    The parameters are looked up (`model.named_parameters()`) at each logged step; tag =
+    the parameter's name with '.' replaced by '/'. On a logged step the pre-hook copies the
+    parameters on their device (one copy of the weights, in float32 for 16-bit ones) and
+    the post-hook takes the norms there (float32 norms of chunks of 65,536 elements summed
+    in float64; a sum that may have overflowed or underflowed is taken again exactly) and
+    copies 2 floats per parameter to the host; the learning rate of the first parameter
+    group is written beside them. The other steps cost an integer comparison per hook.
+
+    `torch.amp.GradScaler`: a `scaler.step(optimizer)` that skips `optimizer.step()`
+    (non-finite gradients) is counted as a step; if logged, it is written as ratio 0 for
+    every parameter with the skipped-step marker, as the TensorFlow path writes a step the
+    loss scaler skips. (While a handle is active, `GradScaler.step` is wrapped to see this.)
+    Fused optimizers (`fused=True`), which GradScaler always steps, skip the update
+    themselves: their ratios are 0, and marked skipped, as any step that changes nothing.
+
+    Distributed: under `torch.distributed` only rank 0 logs (other ranks get a handle that
+    does nothing and open no file), and no collective is called. With
+    DistributedDataParallel every rank holds the same weights: pass `ddp_model.module` for
+    tags without the "module/" prefix. FSDP: each rank holds shards; rank 0 logs the ratios
+    of its own shards (of DTensor parameters: their local shards), which are not the full
+    parameters' ratios.
+
+    Args:
+      optimizer: any `torch.optim.Optimizer`.
+      model: the `torch.nn.Module` whose parameters to log.
+      log_dir_or_writer: a logdir path (events go into a new file there), a
+        `tb_wur_plugin.writer.SummaryWriter`, or a `torch.utils.tensorboard.SummaryWriter`
+        (events go into its event file).
+      every: log every `every`-th step (a positive integer).
+      histograms: also write each parameter's histogram of elementwise ratios
+        |Δw_i| / |w_i| (bucketed on the parameters' device).
+
+    Returns:
+      A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
+      (flushes one passed in). Each logged step is flushed to the file when written.
+
+    Raises:
+      TypeError: an argument of the wrong type.
+      ValueError: `every` < 1, or a parameter's tag is in the plugin's reserved namespace.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(every, bool) or not isinstance(every, int):
+        raise TypeError(f"every must be an int, got {every!r}")
+    if every < 1:
+        raise ValueError(f"every must be at least 1, got {every}")
+    if not isinstance(histograms, bool):
+        raise TypeError(f"histograms must be a bool, got {histograms!r}")
+    _check_writer_argument(log_dir_or_writer)
+    if _rank() != 0:
+        return WatchHandle(None, model, None, False, every, histograms)
+    _parameters(model)  # the tags are valid
+    writer, owned = _writer_of(log_dir_or_writer)
+    return WatchHandle(optimizer, model, writer, owned, every, histograms)
+
+
+class _Entry(NamedTuple):
+    tag: str
+    tensor: torch.Tensor  # detached (the local shard of a DTensor)
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class _Pending(NamedTuple):
+    step: int
+    entries: list[_Entry]
+    before: list[torch.Tensor]  # copies in the work dtype
+    learning_rate: float | None
+
+
+class WatchHandle:
+    """What `watch` returns: `remove()` stops logging. Also a context manager (removed on
+    exit). `steps` is the number of steps counted so far."""
+
+    def __init__(self, optimizer, model, writer, owns_writer, every, histograms):
+        self.steps = 0
+        self._optimizer = optimizer
+        self._model = model
+        self._writer = writer
+        self._owns_writer = owns_writer
+        self._every = every
+        self._histograms = histograms
+        self._next = 0  # the next step to log
+        self._pending: _Pending | None = None
+        self._hooks = []
+        if optimizer is not None:
+            self._hooks = [
+                optimizer.register_step_pre_hook(self._pre_step),
+                optimizer.register_step_post_hook(self._post_step),
+            ]
+            _scaler_watch(optimizer, self)
+
+    @property
+    def active(self) -> bool:
+        """False once removed, and on ranks other than 0 (which log nothing)."""
+        return bool(self._hooks)
+
+    def remove(self) -> None:
+        """Stop logging (idempotent); close the writer `watch` opened, flush one passed in."""
+        if not self._hooks:
+            return
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        self._pending = None
+        _scaler_unwatch(self._optimizer, self)
+        if self._owns_writer:
+            self._writer.close()
+        elif not self._writer.closed:
+            self._writer.flush()
+
+    def __enter__(self) -> "WatchHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    # --- hooks ---------------------------------------------------------------------------
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        step = self.steps
+        self.steps = step + 1
+        if step == self._next:
+            self._begin(step)
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        if self._pending is None:
+            return
+        pending, self._pending = self._pending, None
+        if pending.step == self.steps - 1:  # else: that step raised, this is a later one
+            self._record(pending)
+
+    def _skipped_step(self) -> None:
+        """A `GradScaler.step` that did not call `optimizer.step()`."""
+        step = self.steps
+        self.steps = step + 1
+        if step != self._next:
+            return
+        self._next = step + self._every
+        entries = _parameters(self._model)
+        if not entries:
+            return
+        self._write(
+            step,
+            entries,
+            np.zeros(len(entries)),
+            [_zero_counts(e.tensor.numel()) for e in entries] if self._histograms else None,
+            _learning_rate(self._optimizer),
+        )
+
+    # --- a logged step -------------------------------------------------------------------
+
+    def _begin(self, step: int) -> None:
+        self._next = step + self._every
+        entries = _parameters(self._model)
+        if not entries:
+            return
+        with torch.no_grad():
+            before = _copies([e.tensor for e in entries])
+        self._pending = _Pending(step, entries, before, _learning_rate(self._optimizer))
+
+    def _record(self, pending: _Pending) -> None:
+        entries, before = pending.entries, pending.before
+        update_norms = np.zeros(len(entries))
+        weight_norms = np.zeros(len(entries))
+        counts: list[Any] = [None] * len(entries)
+        with torch.no_grad():
+            for indices in _by_device(entries):
+                olds = [before[i] for i in indices]
+                news = [_work(entries[i].tensor) for i in indices]
+                weight_sums = _sums_of_squares(olds)
+                if self._histograms:
+                    device_counts = [_elementwise_counts(o, n) for o, n in zip(olds, news)]
+                torch._foreach_sub_(olds, news)  # olds := w_before − w_after = −Δw
+                sums = torch.cat([weight_sums, _sums_of_squares(olds)]).cpu().numpy()
+                for k, i in enumerate(indices):
+                    weight_norms[i] = _checked_norm(sums[k], lambda: olds[k] + news[k])
+                    update_norms[i] = _checked_norm(sums[len(indices) + k], lambda: olds[k])
+                if self._histograms:
+                    for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
+                        counts[i] = Counts(c)
+        before.clear()  # the copies are freed before the writing
+        self._write(
+            pending.step,
+            entries,
+            ratios_from_norms(update_norms, weight_norms),
+            counts if self._histograms else None,
+            pending.learning_rate,
+        )
+
+    def _write(self, step, entries, ratios, counts, learning_rate) -> None:
+        writer = self._writer
+        writer.add_ratios(
+            {e.tag: float(r) for e, r in zip(entries, ratios)},
+            step,
+            descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
+        )
+        if counts is not None:
+            writer.add_histograms(
+                {e.tag: c for e, c in zip(entries, counts)},
+                step,
+                descriptions={
+                    e.tag: histogram_description(e.tag, e.shape, e.dtype) for e in entries
+                },
+            )
+        if learning_rate is not None:
+            writer.add_learning_rate(learning_rate, step)
+        writer.flush()
+
+
+# --- parameters ----------------------------------------------------------------------------
+
+
+def _parameters(model: torch.nn.Module) -> list[_Entry]:
+    entries = []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        tag = name.replace(".", "/")
+        if metadata.is_reserved_tag(tag):
+            raise ValueError(
+                f"parameter {name!r} has the tag {tag!r}, in the namespace "
+                f"{metadata.RESERVED_TAG_PREFIX!r} reserved for the plugin's own series; "
+                "rename the submodule"
+            )
+        tensor = _local(parameter.detach())
+        dtype = str(parameter.dtype).removeprefix("torch.")
+        entries.append(_Entry(tag, tensor, tuple(parameter.shape), dtype))
+    return entries
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The local shard of a DTensor (FSDP2, tensor parallel): no collective; else itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def _work(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in the precision the ratios are computed in: float32 or float64 as it is,
+    16-bit (and other) floats as float32, complex numbers as their real and imaginary
+    parts."""
+    if tensor.is_complex():
+        tensor = torch.view_as_real(tensor)
+    return tensor if tensor.dtype in _WORK_DTYPES else tensor.to(torch.float32)
+
+
+def _copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of `tensors` in the work dtype: one fused op for those already in it."""
+    same = [i for i, t in enumerate(tensors) if t.dtype in _WORK_DTYPES]
+    copies: list[Any] = [None] * len(tensors)
+    if same:
+        for i, copy in zip(same, torch._foreach_mul([tensors[i] for i in same], 1.0)):
+            copies[i] = copy
+    for i, tensor in enumerate(tensors):
+        if copies[i] is None:
+            copies[i] = _work(tensor).clone() if tensor.is_complex() else _work(tensor)
+    return copies
+
+
+def _by_device(entries: list[_Entry]) -> list[list[int]]:
+    groups: dict[torch.device, list[int]] = {}
+    for i, e in enumerate(entries):
+        groups.setdefault(e.tensor.device, []).append(i)
+    return list(groups.values())
+
+
+# --- norms -----------------------------------------------------------------------------------
+
+
+def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
+    CHUNK_ELEMENTS elements in the tensor's precision (one fused op), squared and summed in
+    float64."""
+    chunks, owners = [], []
+    for i, tensor in enumerate(tensors):
+        flat = tensor.reshape(-1)
+        parts = flat.split(CHUNK_ELEMENTS) if flat.numel() > CHUNK_ELEMENTS else (flat,)
+        chunks.extend(parts)
+        owners.extend([i] * len(parts))
+    device = tensors[0].device
+    squares = torch.stack(torch._foreach_norm(chunks)).to(torch.float64).square()
+    if len(chunks) == len(tensors):
+        return squares
+    index = torch.tensor(owners, device=device)
+    return torch.zeros(len(tensors), dtype=torch.float64, device=device).index_add_(
+        0, index, squares
+    )
+
+
+def _checked_norm(sum_of_squares: float, tensor) -> float:
+    """√sum_of_squares, or, where that sum may have overflowed or lost precision to
+    underflow (not finite but not NaN, or below _SMALLEST_SAFE_SUM), the exact norm of
+    tensor() (a callable: computed only then)."""
+    if sum_of_squares >= _SMALLEST_SAFE_SUM and sum_of_squares < math.inf:
+        return math.sqrt(sum_of_squares)
+    if math.isnan(sum_of_squares):
+        return math.nan
+    return _exact_norm(tensor())
+
+
+def _exact_norm(tensor: torch.Tensor) -> float:
+    """‖x‖₂ in float64, scaled by max|x| (no overflow, no underflow); 0 for x = 0, +inf or
+    NaN where x is not finite."""
+    top = torch.linalg.vector_norm(tensor, math.inf).item() if tensor.numel() else 0.0
+    if top == 0 or not math.isfinite(top):
+        return top
+    scaled = tensor.to(torch.float64) / top
+    return top * torch.linalg.vector_norm(scaled).item()
+
+
+# --- histograms -----------------------------------------------------------------------------
+
+_EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """int64[NUM_BUCKETS] on the device: the counts of |Δw_i| / |w_i| (0 where Δw_i = 0, as
+    `xdivy`), bucketed as `numpy_bucketing.bucket_counts` does, a chunk at a time."""
+    old, new = before.reshape(-1), after.reshape(-1)
+    total = torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=old.device)
+    for start in range(0, old.numel(), HISTOGRAM_CHUNK_ELEMENTS):
+        w = old[start:start + HISTOGRAM_CHUNK_ELEMENTS]
+        delta = new[start:start + HISTOGRAM_CHUNK_ELEMENTS] - w
+        ratios = torch.where(delta == 0, torch.zeros_like(delta), delta / w).abs_()
+        total += _bucket_counts(ratios)
+    return total
+
+
+def _bucket_counts(values: torch.Tensor) -> torch.Tensor:
+    """int64[NUM_BUCKETS]: `values` (float32 or float64) compared with the protocol's edges
+    in their own precision: bucket of edges[k] <= x < edges[k + 1] is FIRST_BIN + k."""
+    key = (values.dtype, values.device)
+    edges = _EDGES.get(key)
+    if edges is None:
+        edges = _EDGES[key] = torch.tensor(
+            metadata.HISTOGRAM_EDGES, dtype=values.dtype, device=values.device
+        )
+    ids = torch.bucketize(values, edges, right=True) + metadata.UNDERFLOW_BUCKET
+    positive = (values > 0) & (values < math.inf)
+    special = torch.where(
+        values == 0,
+        metadata.ZERO_BUCKET,
+        torch.where(values == math.inf, metadata.INF_BUCKET, metadata.NAN_BUCKET),
+    )
+    ids = torch.where(positive, ids, special)
+    return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
+
+
+def _zero_counts(size: int) -> Counts:
+    counts = np.zeros(metadata.NUM_BUCKETS, np.int64)
+    counts[metadata.ZERO_BUCKET] = size
+    return Counts(counts)
+
+
+# --- the optimizer, the writer, the rank -----------------------------------------------------
+
+
+def _learning_rate(optimizer: torch.optim.Optimizer) -> float | None:
+    try:
+        rate = optimizer.param_groups[0]["lr"]
+        return float(rate.item() if isinstance(rate, torch.Tensor) else rate)
+    except (IndexError, KeyError, TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _check_writer_argument(target: Any) -> None:
+    if isinstance(target, (SummaryWriter, str, os.PathLike)) or _is_torch_writer(target):
+        return
+    raise TypeError(
+        "log_dir_or_writer must be a path, a tb_wur_plugin.writer.SummaryWriter or a "
+        f"torch.utils.tensorboard.SummaryWriter, got {type(target).__name__}"
+    )
+
+
+def _is_torch_writer(target: Any) -> bool:
+    return callable(getattr(target, "_get_file_writer", None)) and callable(
+        getattr(target, "flush", None)
+    )
+
+
+def _writer_of(target: Any) -> tuple[SummaryWriter, bool]:
+    """The writer to write to, and whether `watch` opened it (and closes it)."""
+    if isinstance(target, SummaryWriter):
+        if target.closed:
+            raise ValueError(f"{target!r} is closed")
+        return target, False
+    if isinstance(target, (str, os.PathLike)):
+        return SummaryWriter(target), True
+
+    def add_event(event) -> None:  # the file writer is recreated if the user closed it
+        target._get_file_writer().add_event(event, step=event.step, walltime=event.wall_time)
+
+    return SummaryWriter._writing_events_to(add_event, target.flush, target.get_logdir()), False
+
+
+def _rank() -> int:
+    distributed = torch.distributed
+    if distributed.is_available() and distributed.is_initialized():
+        return distributed.get_rank()
+    return 0
+
+
+# --- GradScaler: the steps it skips ---------------------------------------------------------
+
+_SCALER_WATCHES: dict[int, list[WatchHandle]] = {}  # id(optimizer) -> active handles
+
+
+def _scaler_watch(optimizer, handle: WatchHandle) -> None:
+    _SCALER_WATCHES.setdefault(id(optimizer), []).append(handle)
+    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    if scaler is None or getattr(scaler.step, "_wur_original", None) is not None:
+        return
+    original = scaler.step
+
+    @functools.wraps(original)
+    def step(self, optimizer, *args, **kwargs):
+        handles = _SCALER_WATCHES.get(id(optimizer))
+        if not handles:
+            return original(self, optimizer, *args, **kwargs)
+        counted = [(h, h.steps) for h in handles]
+        result = original(self, optimizer, *args, **kwargs)
+        for h, steps in counted:
+            if h.steps == steps and h.active:  # optimizer.step() was not called
+                h._skipped_step()
+        return result
+
+    step._wur_original = original
+    scaler.step = step
+
+
+def _scaler_unwatch(optimizer, handle: WatchHandle) -> None:
+    handles = _SCALER_WATCHES.get(id(optimizer), [])
+    if handle in handles:
+        handles.remove(handle)
+    if not handles:
+        _SCALER_WATCHES.pop(id(optimizer), None)
+    scaler = torch.amp.GradScaler
+    original = getattr(scaler.step, "_wur_original", None)
+    if not _SCALER_WATCHES and original is not None and "step" in vars(scaler):
+        scaler.step = original
