@@ -4,11 +4,9 @@ reference algorithm (`sls.Sls`, line_search_fn="armijo"), its Keras model, its s
 from __future__ import annotations
 
 import glob
-import json
+import importlib.util
 import math
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -650,9 +648,14 @@ def test_regularization_losses_are_searched():
 # --- the benchmark script -----------------------------------------------------------------
 
 
-def test_benchmark_quick_runs():
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "armijo.py"), "--quick"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "searched step" in out.stdout
+def test_benchmark_quick_runs(capsys):
+    """The benchmark's two parts at tiny sizes, in this process (`--quick` starts its own)."""
+    spec = importlib.util.spec_from_file_location(
+        "armijo_benchmark", os.path.join(ROOT, "benchmarks", "armijo.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.step_costs(rounds=1, steps=1, width=8, batch=16)
+    bench.convergence(seeds=[0], epochs=1, rates=[0.1], with_adam=False)
+    out = capsys.readouterr().out
+    assert "searched step" in out and "mean trials" in out
+    assert "Armijo SGD (defaults)" in out and "SGD lr=0.1" in out
