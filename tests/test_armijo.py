@@ -7,6 +7,8 @@ import glob
 import importlib.util
 import math
 import os
+import runpy
+import sys
 
 import keras
 import numpy as np
@@ -659,3 +661,14 @@ def test_benchmark_quick_runs(capsys):
     out = capsys.readouterr().out
     assert "searched step" in out and "mean trials" in out
     assert "Armijo SGD (defaults)" in out and "SGD lr=0.1" in out
+
+
+def test_example_runs(tmp_path, monkeypatch, capsys):
+    """examples/armijo_fit.py, one epoch, in this process: ratios and line search in one run."""
+    logdir = str(tmp_path / "logs")
+    monkeypatch.setattr(sys, "argv", ["armijo_fit.py", "--logdir", logdir, "--epochs", "1"])
+    runpy.run_path(os.path.join(ROOT, "examples", "armijo_fit.py"), run_name="__main__")
+    assert "stored step size" in capsys.readouterr().out
+    values, metas = read_line_search(os.path.join(logdir, "train"))
+    assert sorted(values[metadata.LINE_SEARCH_STEP_SIZE_TAG]) == list(range(57))
+    assert "sequential/dense/kernel" in values  # the callback's ratios, same run
