@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tb_wur_plugin import summary
 from tb_wur_plugin.recording import default_writer_until_exit
-from tb_wur_plugin.summary import learning_rate
 from tb_wur_plugin.watch import record
 from tb_wur_plugin.watched import snapshot, watched_variables, writes_summaries
 
@@ -22,7 +22,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     A step is the number of updates the optimizer has applied before it, so the logged steps
     are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs,
     reading `optimizer.iterations` only near logged steps: other steps cost an integer
-    comparison. A logged step that the optimizer skips (a `LossScaleOptimizer` step with
+    comparison. The weights are read at the beginning of a logged step's batch and again at
+    the beginning of the next batch (or at the end of the epoch): the callback overrides no
+    batch-end hook, so Keras keeps dispatching batch ends asynchronously where its backend
+    allows it. A logged step that the optimizer skips (a `LossScaleOptimizer` step with
     non-finite gradients) is written as ratios 0 with the skipped-step marker set; the retry,
     which has the same step number, is not logged. The learning rate is written at each
     logged step when it can be read as a number. Variables are looked up at every logged
@@ -30,18 +33,29 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     Keras builds during its first step has no weights to compare step 0 with (a warning says
     so): call it on a batch before `fit` to log step 0. Under `MirroredStrategy` it logs
     each step once; under `MultiWorkerMirroredStrategy` only the chief (worker 0) logs, and
-    the other workers create no file.
+    the other workers create no file. Each `fit` starts afresh: a step left pending by an
+    interrupted `fit` is not logged.
 
     Args:
-      log_dir: directory of the TensorBoard logs; like `keras.callbacks.TensorBoard`, the
-        callback writes into `log_dir/train`.
+      log_dir: directory of the TensorBoard logs (a `str` or `os.PathLike`, any path
+        `tf.io.gfile` handles); like `keras.callbacks.TensorBoard`, the callback writes
+        into `log_dir/train`.
       update_freq: log every this many optimizer steps (an int >= 1).
-      histograms: also write the histogram of each variable's elementwise ratios.
+      histograms: also write the histogram of each variable's elementwise ratios (a bool).
       flush_millis: None (default) writes each logged step to the event file at once, so
         that a killed job loses at most the step being written. An int >= 1 lets the writer
         buffer logged steps and flush when a step comes at least this many milliseconds
         after the last flush, at each epoch's end and at the end of training: fewer writes,
         for filesystems where each flush is costly (object stores rewrite the file).
+
+    Raises:
+      TypeError: an argument has the wrong type.
+      ValueError: `update_freq` or `flush_millis` is below 1; at the start of `fit`, a
+        model compiled with `steps_per_execution` other than 1.
+
+    Example:
+      >>> callback = WeightUpdateRatioCallback("logs/run1", update_freq=100)
+      >>> model.fit(x, y, epochs=10, callbacks=[callback])
     """
 
     def __init__(
@@ -54,28 +68,36 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}: {log_dir!r}")
-        if isinstance(update_freq, bool) or not isinstance(update_freq, (int, np.integer)):
-            raise TypeError(
-                f"update_freq must be an int >= 1 (optimizer steps), got {update_freq!r}"
-            )
-        if update_freq < 1:
-            raise ValueError(f"update_freq must be >= 1 (optimizer steps), got {update_freq}")
+        self.log_dir = os.fspath(log_dir)
+        if not isinstance(self.log_dir, str):
+            raise TypeError(f"log_dir must be a str path, got bytes: {log_dir!r}")
+        if not self.log_dir:
+            raise ValueError("log_dir must not be empty")
+        self.update_freq = _positive_int(update_freq, "update_freq", "(optimizer steps)")
         if not isinstance(histograms, bool):
             raise TypeError(f"histograms must be a bool, got {histograms!r}")
-        self.log_dir = os.fspath(log_dir)
-        self.update_freq = int(update_freq)
-        if flush_millis is not None and (
-            isinstance(flush_millis, bool) or not isinstance(flush_millis, (int, np.integer))
-            or flush_millis < 1
-        ):
-            raise ValueError(f"flush_millis must be None or an int >= 1, got {flush_millis!r}")
         self.histograms = histograms
-        self.flush_millis = None if flush_millis is None else int(flush_millis)
+        self.flush_millis = None if flush_millis is None else _positive_int(
+            flush_millis, "flush_millis", "(milliseconds) or None"
+        )
         self._writer = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget the state of an earlier `fit`."""
+        # (step, watched, snapshot, loss scale) of a logged step not yet recorded
         self._pending = None
+        # `optimizer.iterations` is read only near logged steps: `_step_bound` is at least
+        # the number of updates applied so far (each batch adds at most one), and
+        # `_next_logged` the next step to log.
+        self._step_bound, self._next_logged = 0, float("inf")
         self._warned_no_weights = False
 
     def on_train_begin(self, logs=None):
+        if self._writer is not None:  # left open by an interrupted fit
+            self._writer.close()
+            self._writer = None
+        self._reset()
         steps_per_execution = getattr(self.model, "steps_per_execution", 1)
         if steps_per_execution != 1:
             raise ValueError(
@@ -91,19 +113,16 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             # A worker of a multi-worker strategy other than the chief, which logs every
             # step: this one creates no file and reads nothing.
             self._writer = tf.summary.create_noop_writer()
-            self._step_bound, self._next_logged = 0, float("inf")
             return
         self._writer = tf.summary.create_file_writer(
             os.path.join(self.log_dir, "train"), flush_millis=self.flush_millis
         )
-        self._warned_no_weights = False
-        # `optimizer.iterations` is read only near logged steps: `_step_bound` is at least
-        # the number of updates applied so far (each batch adds at most one), and
-        # `_next_logged` the next step to log.
         self._step_bound = self._read_step()
         self._next_logged = -(-self._step_bound // self.update_freq) * self.update_freq
 
     def on_train_batch_begin(self, batch, logs=None):
+        # The previous batch's update is applied by now, and this one's not yet.
+        self._record_pending()
         if self._step_bound < self._next_logged:
             self._step_bound += 1
             return
@@ -116,28 +135,40 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             self._next_logged = step + self.update_freq
             self._warn_no_weights(step)
             return
-        self._pending = (step, watched, snapshot(watched))
+        self._pending = (step, watched, snapshot(watched), _loss_scale(self.model.optimizer))
         rate = _learning_rate(self.model.optimizer)
         if rate is not None:
             with self._writing():
-                learning_rate(rate, step=step)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self._pending is None:
-            return
-        step, watched, before = self._pending
-        self._pending = None
-        with self._writing():
-            record(watched, before, step, self.histograms)
-        self._next_logged = step + self.update_freq
+                summary.learning_rate(rate, step=step)
 
     def on_epoch_end(self, epoch, logs=None):
+        self._record_pending(at_batch_begin=False)
         self._writer.flush()
 
     def on_train_end(self, logs=None):
-        self._pending = None
+        self._record_pending(at_batch_begin=False)
         self._writer.close()
         self._writer = None
+
+    def _record_pending(self, at_batch_begin: bool = True) -> None:
+        """Write the ratios of the pending logged step, whose batch has run.
+
+        At the next batch's beginning it has; at an epoch's end it may not have: when the
+        data runs out (a dataset of unknown length), Keras begins a batch that makes no
+        update. Such a step, which neither advanced the iterations nor (for a
+        `LossScaleOptimizer`, which skips a step by halving its scale) changed the loss
+        scale, is dropped, to be logged when it runs.
+        """
+        if self._pending is None:
+            return
+        step, watched, before, scale = self._pending
+        self._pending = None
+        optimizer = self.model.optimizer
+        if not at_batch_begin and self._read_step() == step and _loss_scale(optimizer) == scale:
+            return
+        with self._writing():
+            record(watched, before, step, self.histograms)
+        self._next_logged = step + self.update_freq
 
     def _writing(self):
         """The writer as the default one; flushed on leaving unless `flush_millis` is set."""
@@ -158,6 +189,23 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             "step gets its weights then: call it on a batch before fit to log step 0.",
             stacklevel=3,
         )
+
+
+def _positive_int(value: Any, name: str, unit: str) -> int:
+    """`value` as an int >= 1: TypeError if it is not an int (bools are not), ValueError if
+    it is below 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= 1 {unit}, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1 {unit}, got {value}")
+    return int(value)
+
+
+def _loss_scale(optimizer: Any) -> float | None:
+    """The current scale of a built `LossScaleOptimizer`; None for other optimizers."""
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or not optimizer.built:
+        return None
+    return float(np.asarray(optimizer.dynamic_scale))
 
 
 def _learning_rate(optimizer: Any) -> float | None:

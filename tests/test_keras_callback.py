@@ -1,8 +1,10 @@
 import os
+import threading
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from helpers import (
     OPTIMIZERS,
@@ -181,7 +183,17 @@ def test_steps_per_execution_above_one_is_refused(logdir):
         (dict(log_dir="l", update_freq="10"), TypeError, "update_freq must be an int"),
         (dict(log_dir="l", update_freq=True), TypeError, "update_freq must be an int"),
         (dict(log_dir="l", update_freq="epoch"), TypeError, "update_freq must be an int"),
+        (dict(log_dir=3), TypeError, "log_dir must be a path"),
+        (dict(log_dir=""), ValueError, "log_dir must not be empty"),
+        (dict(log_dir="l", update_freq=-3), ValueError, "update_freq must be >= 1"),
+        (dict(log_dir="l", update_freq=2.0), TypeError, "update_freq must be an int"),
         (dict(log_dir="l", histograms="yes"), TypeError, "histograms must be a bool"),
+        (dict(log_dir="l", histograms=1), TypeError, "histograms must be a bool"),
+        (dict(log_dir="l", flush_millis=0), ValueError, "flush_millis must be >= 1"),
+        (dict(log_dir="l", flush_millis=-5), ValueError, "flush_millis must be >= 1"),
+        (dict(log_dir="l", flush_millis="60000"), TypeError, "flush_millis must be an int"),
+        (dict(log_dir="l", flush_millis=1.5), TypeError, "flush_millis must be an int"),
+        (dict(log_dir="l", flush_millis=True), TypeError, "flush_millis must be an int"),
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, error, message):
@@ -207,3 +219,171 @@ def test_iterations_are_read_only_around_logged_steps(logdir, monkeypatch):
     assert {step for _, step in _logged(logdir)} == {0, 8, 16, 24}
     assert_ratios_close(_logged(logdir), reference.expected, rtol=5e-7)
     assert len(reads) == 1 + 4  # at train begin, and before each logged step
+
+
+def test_good_arguments_are_kept(tmp_path):
+    callback = WeightUpdateRatioCallback(tmp_path, update_freq=np.int64(5), flush_millis=10)
+    assert (callback.log_dir, callback.update_freq, callback.flush_millis) == (
+        str(tmp_path), 5, 10)
+    assert type(callback.update_freq) is int and callback.histograms is False
+
+
+class BatchBeginReference(keras.callbacks.Callback):
+    """numpy ratios of the updates at steps 0, N, 2N, ..., from the weights read at each
+    batch's beginning and at each epoch's end only: it overrides no batch-end hook, so it
+    does not make Keras dispatch batch ends synchronously. Updates that do not advance the
+    iterations are not expected."""
+
+    def __init__(self, every):
+        super().__init__()
+        self.every = every
+        self.expected = {}
+
+    def on_train_begin(self, logs=None):
+        self.last = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._observe()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._observe()
+
+    def _observe(self):
+        step = int(self.model.optimizer.iterations.numpy())
+        weights = {v.path: v.numpy() for v in self.model.trainable_variables}
+        if self.last is not None:
+            last_step, last_weights = self.last
+            if step == last_step + 1 and last_step % self.every == 0:
+                for path, before in last_weights.items():
+                    self.expected[(path, last_step)] = reference_ratio(before, weights[path])
+        self.last = (step, weights)
+
+
+class ThreadProbe(keras.callbacks.Callback):
+    """Records the thread each train batch end runs on; safe for asynchronous dispatch."""
+
+    async_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.threads = set()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.threads.add(threading.get_ident())
+
+
+def _small_model_and_data(samples=16):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, name="hidden"),
+                              keras.layers.Dense(1, name="out")])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(samples, 4)).astype("float32")
+    y = rng.normal(size=(samples, 1)).astype("float32")
+    return model, x, y
+
+
+@pytest.fixture
+def thread_safe_backend(monkeypatch):
+    """Keras's backend declared thread-safe, as the JAX and PyTorch backends are: Keras
+    then dispatches train batch ends to a thread pool unless a callback prevents it."""
+    import keras.src.backend
+
+    monkeypatch.setattr(keras.src.backend, "IS_THREAD_SAFE", True)
+
+
+def test_the_callback_keeps_keras_asynchronous_batch_end_dispatch(logdir, thread_safe_backend):
+    model, _, _ = _small_model_and_data()
+    model.compile(optimizer="sgd", loss="mse")
+    ours = keras.callbacks.CallbackList([WeightUpdateRatioCallback(logdir)], model=model)
+    assert ours._async_train
+    # the check is the one that decides: a callback overriding on_train_batch_end stops it
+    other = keras.callbacks.CallbackList(
+        [WeightUpdateRatioCallback(logdir), ReferenceRatios(1)], model=model
+    )
+    assert not other._async_train
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_fit_with_asynchronous_batch_ends_logs_the_exact_ratios(
+    logdir, thread_safe_backend, every
+):
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=OPTIMIZERS["adam"](), loss="mse")
+    reference, probe = BatchBeginReference(every), ThreadProbe()
+    callback = WeightUpdateRatioCallback(logdir, update_freq=every, histograms=True)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+              callbacks=[reference, callback, probe])
+    assert probe.threads and threading.get_ident() not in probe.threads  # a thread pool's
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == set(range(0, 8, every))
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
+    assert len(logged) == 4 * len(range(0, 8, every))
+
+
+class InterruptAfter(keras.callbacks.Callback):
+    """Raises KeyboardInterrupt at the end of the batch of step `step` (after its update)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step + 1:
+            raise KeyboardInterrupt
+
+
+def test_a_fit_interrupted_after_a_logged_update_leaves_nothing_to_the_next(logdir):
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    callback = WeightUpdateRatioCallback(logdir, update_freq=3)
+    first = BatchBeginReference(3)
+    with pytest.raises(KeyboardInterrupt):  # at step 3, logged, after its update
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+                  callbacks=[first, callback, InterruptAfter(3)])
+    model.train_on_batch(x[:4], y[:4])  # step 4, outside fit
+    assert int(model.optimizer.iterations.numpy()) == 5
+    second = BatchBeginReference(3)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+              callbacks=[second, callback])  # steps 5 to 12
+    logged = _logged(logdir)
+    # step 3's ratio was never taken (the interruption came first); 6, 9 and 12 are the
+    # second fit's own, each of one update
+    assert {step for _, step in logged} == {0, 6, 9, 12}
+    assert_ratios_close(logged, {**first.expected, **second.expected}, rtol=5e-7)
+
+
+def test_a_batch_begun_when_the_data_runs_out_is_logged_when_it_runs(logdir):
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    # a dataset of unknown length: Keras finds its end in a batch it has begun
+    data = tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda *_: True).batch(4)
+    reference = BatchBeginReference(2)
+    model.fit(data, epochs=2, verbose=0,
+              callbacks=[reference, WeightUpdateRatioCallback(logdir, update_freq=2)])
+    steps = range(0, int(model.optimizer.iterations.numpy()), 2)
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == set(steps)
+    # (Keras 3.15 may count that batch as an update that changes nothing: then its step is
+    # logged as such, else the step is the next epoch's first)
+    assert_ratios_close(logged, reference.expected, rtol=5e-7)
+
+
+def test_a_batch_that_makes_no_update_before_its_epoch_ends_is_logged_when_it_runs(logdir):
+    """Keras's TensorFlow trainer may find the data exhausted in a batch whose
+    on_train_batch_begin has run (its train function raises StopIteration): no update."""
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.train_on_batch(x[:4], y[:4])  # step 0, unlogged
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1)
+    callback.set_model(model)
+    callback.on_train_begin()
+    callback.on_train_batch_begin(0)  # step 1: no data, no update
+    callback.on_epoch_end(0)
+    before = [v.numpy() for v in model.trainable_variables]
+    callback.on_train_batch_begin(0)  # step 1 again, which runs
+    model.train_on_batch(x[4:8], y[4:8])
+    callback.on_epoch_end(1)
+    callback.on_train_end()
+    expected = {(v.path, 1): reference_ratio(old, v.numpy())
+                for v, old in zip(model.trainable_variables, before)}
+    assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
