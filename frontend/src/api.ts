@@ -14,10 +14,15 @@ export interface RunInfo {
   first_step: number | null;
   last_step: number | null;
   has_learning_rate: boolean;
-  /** kept logged steps the optimizer skipped (the marker _wur/skipped_step is 1) */
+  /** how many kept logged steps the optimizer skipped */
   skipped_steps?: number;
+  /** those steps, ascending */
+  skipped_at?: number[];
   layers: LayerInfo[];
 }
+/** The tags the plugin writes besides the ratios (from /runs: the frontend names none itself). */
+export interface ReservedTags { learning_rate: string; skipped_step: string; histogram_prefix: string }
+export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags }
 export interface FlagInfo {
   tag: string;
   logged_steps: number;
@@ -76,7 +81,7 @@ async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
 }
 
 export const api = {
-  runs: (signal?: AbortSignal) => getJson<{ runs: RunInfo[] }>("./runs", signal).then((r) => r.runs),
+  runs: (signal?: AbortSignal) => getJson<RunsAnswer>("./runs", signal),
   async heatmap(p: { runs: string[]; columns: number; start?: number; end?: number; reduction: string }, signal?: AbortSignal): Promise<Heatmap> {
     const response = await get(`./heatmap?${query({ run: p.runs, columns: p.columns, start: p.start, end: p.end, reduction: p.reduction })}`, signal);
     let bytes = new Uint8Array(await response.arrayBuffer());

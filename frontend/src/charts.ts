@@ -3,8 +3,7 @@
 import { interpolateViridis } from "d3-scale-chromatic";
 import { Band } from "./color";
 import { decadeTicks, formatPow10, formatStepShort, stepTicks } from "./format";
-
-export interface ChartColors { text: string; muted: string; grid: string; band: string; bandLine: string; line: string; error: string; bg: string }
+import type { ChartColors } from "./theme";
 
 export const PAD = { left: 52, right: 12, top: 8, bottom: 22 };
 
@@ -22,6 +21,20 @@ export function nearestIndex(steps: number[], step: number): number {
     if (steps[mid] < step) lo = mid + 1; else hi = mid;
   }
   return lo > 0 && step - steps[lo - 1] <= steps[lo] - step ? lo - 1 : lo;
+}
+
+/** The indices [i0, i1) of sorted `steps` inside [x0, x1] (binary search: /series and
+ * /histograms answer in step order). */
+export function rangeIndices(steps: number[], x0: number, x1: number): [number, number] {
+  const bound = (x: number, strict: boolean) => {
+    let lo = 0, hi = steps.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (strict ? steps[mid] <= x : steps[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  };
+  return [bound(x0, false), Math.max(bound(x0, false), bound(x1, true))];
 }
 
 function setup(canvas: HTMLCanvasElement, width: number, height: number) {

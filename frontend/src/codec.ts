@@ -11,12 +11,26 @@ export interface Codes {
   first_value: number;
   mantissas: number;
   min_exponent: number;
+  max_exponent: number;
 }
 
-export const DEFAULT_CODES: Codes = {
-  missing: 0, nan: 1, inf: 2, zero: 3, tiny: 4, huge: 5,
-  first_value: 6, mantissas: 900, min_exponent: -42,
-};
+const CODE_NAMES: (keyof Codes)[] = [
+  "missing", "nan", "inf", "zero", "tiny", "huge", "first_value", "mantissas", "min_exponent", "max_exponent",
+];
+
+/** The header's `codes`: every constant the decoder needs, each an integer. There is no
+ * default: a header without them is an error (the user sees it), not a silent guess. */
+export function parseCodes(raw: unknown): Codes {
+  if (!raw || typeof raw !== "object") throw new Error("heatmap header lacks its codes");
+  const out = {} as Codes;
+  for (const name of CODE_NAMES) {
+    const v = (raw as Record<string, unknown>)[name];
+    if (typeof v !== "number" || !Number.isInteger(v)) throw new Error(`heatmap header lacks codes.${name}`);
+    out[name] = v;
+  }
+  if (out.mantissas <= 0 || out.max_exponent < out.min_exponent) throw new Error("heatmap header has inconsistent codes");
+  return out;
+}
 
 export interface HeatmapRun {
   run: string;
@@ -65,12 +79,6 @@ function readArray(bytes: Uint8Array, base: number, spec: ArraySpec): Float64Arr
       for (let i = 0; i < n; i++) out[i] = view.getUint32(start + 4 * i, true);
       return out;
     }
-    case "int64": {
-      if (start + 8 * n > bytes.length) throw new Error("heatmap payload is truncated");
-      const out = new Float64Array(n);
-      for (let i = 0; i < n; i++) out[i] = Number(view.getBigInt64(start + 8 * i, true));
-      return out;
-    }
     default:
       throw new Error(`unsupported dtype in heatmap payload: ${spec.dtype}`);
   }
@@ -94,6 +102,7 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
     return readArray(bytes, base, spec);
   };
   const columns: number = header.columns;
+  const codes = parseCodes(header.codes);
   const toF64 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Float64Array ? a : Float64Array.from(a));
   const count = get("column_count");
   const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string; skipped?: string }[]).map((r) => {
@@ -110,7 +119,7 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
     end: header.end,
     reduction: header.reduction,
     columns,
-    codes: { ...DEFAULT_CODES, ...(header.codes ?? {}) },
+    codes,
     columnStart: toF64(get("column_start")),
     columnFirst: toF64(get("column_first")),
     columnLast: toF64(get("column_last")),
@@ -121,7 +130,7 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
 
 export type CellKind = "missing" | "nan" | "inf" | "zero" | "tiny" | "huge" | "value";
 
-export function cellKind(code: number, c: Codes = DEFAULT_CODES): CellKind {
+export function cellKind(code: number, c: Codes): CellKind {
   if (code >= c.first_value) return "value";
   switch (code) {
     case c.missing: return "missing";
@@ -135,14 +144,14 @@ export function cellKind(code: number, c: Codes = DEFAULT_CODES): CellKind {
 }
 
 /** Mantissa (100..999) and decimal exponent k of a value code: value = m * 10^k. */
-export function codeParts(code: number, c: Codes = DEFAULT_CODES): { m: number; k: number } {
+export function codeParts(code: number, c: Codes): { m: number; k: number } {
   const index = code - c.first_value;
   return { m: (index % c.mantissas) + 100, k: Math.floor(index / c.mantissas) + c.min_exponent };
 }
 
 /** The ratio a code stands for: the double nearest to m·10^k; NaN for missing and NaN,
  * +Infinity for inf and huge, 0 for zero and tiny (like heatmap.decode_cells). */
-export function decodeCode(code: number, c: Codes = DEFAULT_CODES): number {
+export function decodeCode(code: number, c: Codes): number {
   switch (cellKind(code, c)) {
     case "value": {
       const { m, k } = codeParts(code, c);
@@ -155,7 +164,7 @@ export function decodeCode(code: number, c: Codes = DEFAULT_CODES): number {
 }
 
 /** log10 of a value code's ratio (exact from m and k). */
-export function codeLog10(code: number, c: Codes = DEFAULT_CODES): number {
+export function codeLog10(code: number, c: Codes): number {
   const { m, k } = codeParts(code, c);
   return Math.log10(m) + k;
 }

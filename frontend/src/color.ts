@@ -2,7 +2,7 @@
 // over a domain shared by every heatmap on screen; fixed, distinct colors for the special
 // cells. Colors are packed as RGBA in a Uint32 (little-endian ImageData byte order).
 import { interpolateViridis } from "d3-scale-chromatic";
-import { cellKind, codeLog10, Codes, DEFAULT_CODES } from "./codec";
+import { cellKind, codeLog10, Codes } from "./codec";
 
 export type Special = "missing" | "zero" | "tiny" | "inf" | "huge" | "nan";
 
@@ -87,38 +87,27 @@ export function viridisRamp(): Uint32Array {
   return ramp;
 }
 
-/** CSS color of log10 value x in domain d. */
-export function colorOfLog10(x: number, d: Domain): string {
-  const [r, g, b] = unpackRGBA(viridisRamp()[Math.round(domainPosition(x, d) * (RAMP_SIZE - 1))]);
-  return `rgb(${r}, ${g}, ${b})`;
-}
-
-/** A lookup table: code -> packed RGBA, for every code a payload may hold. One table per
- * (domain, theme) makes drawing one array lookup per cell. */
-export function codeColorTable(d: Domain, theme: Theme, c: Codes = DEFAULT_CODES, maxExponent = 21): Uint32Array {
-  const size = c.first_value + (maxExponent - c.min_exponent + 1) * c.mantissas;
-  const table = new Uint32Array(size);
+/** A lookup table: every uint16 code -> packed RGBA. Codes past the header's max_exponent
+ * (none is sent) draw as `huge`. One table per (domain, theme, codes) makes drawing one array
+ * lookup per cell. */
+export function codeColorTable(d: Domain, theme: Theme, c: Codes): Uint32Array {
+  const last = c.first_value + (c.max_exponent - c.min_exponent + 1) * c.mantissas - 1;
+  const table = new Uint32Array(65536);
   const specials = specialColors(theme);
+  const special = (kind: Special) => packRGBA(...parseCssColor(specials[kind]));
   const v = viridisRamp();
-  for (let code = 0; code < size; code++) {
+  const huge = special("huge");
+  for (let code = 0; code < table.length; code++) {
     const kind = cellKind(code, c);
-    if (kind === "value") {
-      table[code] = v[Math.round(domainPosition(codeLog10(code, c), d) * (RAMP_SIZE - 1))];
-    } else {
-      const [r, g, b] = parseCssColor(specials[kind]);
-      table[code] = packRGBA(r, g, b);
-    }
+    if (kind !== "value") table[code] = special(kind);
+    else if (code > last) table[code] = huge;
+    else table[code] = v[Math.round(domainPosition(codeLog10(code, c), d) * (RAMP_SIZE - 1))];
   }
   return table;
 }
 
-/** Color of one code, also for codes beyond the table (treated as huge). */
-export function colorOfCode(table: Uint32Array, code: number): number {
-  return code < table.length ? table[code] : table[5];
-}
-
 /** Extent [min, max] of log10 over the value codes of the given arrays (NaN, NaN if none). */
-export function codeExtent(arrays: Uint16Array[], c: Codes = DEFAULT_CODES): [number, number] {
+export function codeExtent(arrays: Uint16Array[], c: Codes): [number, number] {
   let lo = Infinity, hi = -Infinity;
   for (const a of arrays) {
     for (let i = 0; i < a.length; i++) {

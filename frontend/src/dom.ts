@@ -45,3 +45,25 @@ export function compileFilter(text: string): RegExp | null | Error {
 export function safeFileName(name: string): string {
   return name.replace(/[^A-Za-z0-9._-]+/g, "_").replace(/^[._]+|[._]+$/g, "") || "run";
 }
+
+/** The one tooltip of the tab: lines of text next to the pointer, kept inside the window. */
+export class Tooltip {
+  readonly element = el("div", { class: "wur-tooltip", "data-testid": "wur-tooltip", role: "tooltip", hidden: true });
+
+  show(lines: string[], x: number, y: number): void {
+    const tip = this.element;
+    tip.replaceChildren(...lines.map((line, i) => el("div", { class: i === 0 ? "wur-tt-tag" : "", text: line })));
+    tip.hidden = false;
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    tip.style.left = `${x + 14 + w > window.innerWidth ? Math.max(0, x - 14 - w) : x + 14}px`;
+    tip.style.top = `${y + 14 + h > window.innerHeight ? Math.max(0, y - 14 - h) : y + 14}px`;
+  }
+
+  hide(): void {
+    this.element.hidden = true;
+  }
+
+  get hidden(): boolean {
+    return this.element.hidden;
+  }
+}

@@ -1,18 +1,17 @@
 // Canvas drawing of a heatmap: one pixel per cell in an offscreen image, scaled up to the
-// canvas' device pixels with nearest-neighbour sampling (crisp at any devicePixelRatio).
-import { colorOfCode } from "./color";
+// canvas' device pixels with nearest-neighbour sampling (crisp at any devicePixelRatio); the
+// skipped-step marks; the step axis; the PNG export's image.
+import { columnRange, Heatmap } from "./codec";
+import { formatStepShort, stepTicks } from "./format";
+import type { ChartColors } from "./theme";
 
-/** Fills `out` (C x R packed RGBA) with the colors of rows `rows` of `codes` ([L][C]). */
+/** Fills `out` (C x R packed RGBA) with the colors of rows `rows` of `codes` ([L][C]);
+ * `table` (codeColorTable) has a color for every uint16 code. */
 export function paintCells(codes: Uint16Array, columns: number, rows: ArrayLike<number>, table: Uint32Array, out: Uint32Array): void {
   let o = 0;
-  const n = table.length;
-  const fallback = table[5];
   for (let r = 0; r < rows.length; r++) {
     const base = rows[r] * columns;
-    for (let k = 0; k < columns; k++) {
-      const code = codes[base + k];
-      out[o++] = code < n ? table[code] : fallback;
-    }
+    for (let k = 0; k < columns; k++) out[o++] = table[codes[base + k]];
   }
 }
 
@@ -102,4 +101,75 @@ export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], 
     const a = Math.floor(x0 * dpr), b = Math.ceil(x1 * dpr);
     ctx.fillRect(a, 0, Math.max(1, b - a), h);
   }
+}
+
+/** x (CSS px, 0..width) of a step through the heatmap's columns (they may be irregular). */
+export function stepX(h: Heatmap, width: number, step: number): number {
+  let lo = 0, hi = h.columns - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (h.columnStart[mid] <= step) lo = mid; else hi = mid - 1;
+  }
+  const [a, b] = columnRange(h, lo);
+  const frac = Math.min(1, Math.max(0, (step - a + 0.5) / (b - a + 1)));
+  return ((lo + frac) / h.columns) * width;
+}
+
+/** The step axis under a heatmap `width` CSS px wide: about one tick per 90 px, none closer
+ * than 50 px to the previous one. */
+export function axisTicks(h: Heatmap, width: number): { x: number; label: string }[] {
+  const out: { x: number; label: string }[] = [];
+  let lastX = -Infinity;
+  for (const t of stepTicks(h.start, h.end, Math.max(2, Math.floor(width / 90)))) {
+    const x = stepX(h, width, t);
+    if (x - lastX < 50) continue;
+    lastX = x;
+    out.push({ x, label: formatStepShort(t) });
+  }
+  return out;
+}
+
+export interface HeatmapImage {
+  title: string;
+  labels: string[];
+  /** the cells, drawn by drawHeatmap at cssWidth x rows*rowHeight */
+  cells: HTMLCanvasElement;
+  cssWidth: number;
+  rowHeight: number;
+  labelWidth: number;
+  marks: [number, number][] | null;
+  ticks: { x: number; label: string }[];
+  colors: ChartColors;
+}
+
+/** The PNG export of one heatmap: title, row labels (cut at the start when too long), cells,
+ * skipped-step marks and step axis, at 2x. */
+export function drawHeatmapImage(out: HTMLCanvasElement, img: HeatmapImage): void {
+  const dpr = 2, L = img.labelWidth, rowH = img.rowHeight, n = img.labels.length;
+  const W = L + img.cssWidth + 16, H = 28 + n * rowH + 24;
+  out.width = W * dpr; out.height = H * dpr;
+  const ctx = out.getContext("2d")!;
+  ctx.scale(dpr, dpr);
+  ctx.fillStyle = img.colors.bg; ctx.fillRect(0, 0, W, H);
+  ctx.fillStyle = img.colors.text;
+  ctx.font = "500 13px Roboto, Arial, sans-serif";
+  ctx.textBaseline = "middle";
+  ctx.fillText(img.title, 8, 14);
+  ctx.font = `${Math.min(12, rowH - 3)}px Roboto, Arial, sans-serif`;
+  ctx.textAlign = "right";
+  img.labels.forEach((label, r) => {
+    let text = label;
+    while (text.length > 4 && ctx.measureText(text).width > L - 10) text = "…" + text.slice(2);
+    ctx.fillText(text, L - 6, 28 + r * rowH + rowH / 2);
+  });
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(img.cells, L, 28, img.cssWidth, n * rowH);
+  if (img.marks) {
+    ctx.fillStyle = img.colors.skip;
+    for (const [x0, x1] of img.marks) ctx.fillRect(L + x0, 21, x1 - x0, 5);
+  }
+  ctx.textAlign = "center";
+  ctx.fillStyle = img.colors.muted;
+  ctx.font = "11px Roboto, Arial, sans-serif";
+  for (const t of img.ticks) ctx.fillText(t.label, L + t.x, 28 + n * rowH + 12);
 }

@@ -1,5 +1,6 @@
-// Text shown to the user: ratios, steps, ticks, tooltips. Pure functions.
-import { cellKind, codeLog10, Codes, decodeCode, DEFAULT_CODES, Heatmap, columnRange } from "./codec";
+// Text shown to the user: ratios, steps, ticks (d3-scale's), tooltips. Pure functions.
+import { scaleLinear, scaleLog } from "d3-scale";
+import { cellKind, codeLog10, Codes, decodeCode, Heatmap, columnRange } from "./codec";
 
 /** A ratio to 3 significant digits, as JavaScript's toPrecision(3) writes it. */
 export function formatRatio(value: number): string {
@@ -32,18 +33,11 @@ export function formatStepShort(step: number): string {
   return String(Math.round(step));
 }
 
-/** "Nice" integer tick values in [lo, hi], about `target` of them (1-2-5 steps). */
+/** "Nice" integer tick values in [lo, hi], about `target` of them: d3-scale's linear ticks
+ * (1-2-5 steps), the whole steps among them (a step is an integer). */
 export function stepTicks(lo: number, hi: number, target = 6): number[] {
   if (!(hi >= lo) || !Number.isFinite(lo) || !Number.isFinite(hi)) return [];
-  if (hi === lo) return [lo];
-  const raw = (hi - lo) / Math.max(1, target);
-  const power = Math.pow(10, Math.floor(Math.log10(raw)));
-  const error = raw / power; // 1 <= error < 10: round to the nearest of 1, 2, 5, 10 (as d3 does)
-  const factor = error >= Math.sqrt(50) ? 10 : error >= Math.sqrt(10) ? 5 : error >= Math.sqrt(2) ? 2 : 1;
-  const step = Math.max(1, Math.round(factor * power));
-  const ticks: number[] = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) ticks.push(t);
-  return ticks;
+  return scaleLinear().domain([lo, hi]).ticks(Math.max(1, target)).filter(Number.isInteger);
 }
 
 /** Label of a power of ten: 1e-3 for -3, 1 for 0, 10 for 1. */
@@ -53,13 +47,15 @@ export function formatPow10(k: number): string {
   return `1e${k}`;
 }
 
-/** Integer decades from lo to hi (log10 units) for a log axis, thinned to at most `max`. */
+/** The decades (as log10: integers) among d3-scale's log ticks of [10^lo, 10^hi], about
+ * `max` of them (d3 thins wide ranges to every 2nd, 5th, 10th... decade). */
 export function decadeTicks(lo: number, hi: number, max = 8): number[] {
-  const a = Math.ceil(lo), b = Math.floor(hi);
-  if (b < a) return [];
-  const every = Math.max(1, Math.ceil((b - a + 1) / max));
+  if (!(hi >= lo) || !Number.isFinite(lo) || !Number.isFinite(hi)) return [];
   const out: number[] = [];
-  for (let k = a; k <= b; k++) if ((k - a) % every === 0) out.push(k);
+  for (const t of scaleLog().domain([10 ** lo, 10 ** hi]).ticks(max)) {
+    const k = Math.round(Math.log10(t));
+    if (Math.abs(Math.log10(t) - k) < 1e-9 && k >= lo - 1e-9 && k <= hi + 1e-9 && out[out.length - 1] !== k) out.push(k);
+  }
   return out;
 }
 
@@ -72,7 +68,7 @@ export function columnLabel(h: Heatmap, k: number): string {
 }
 
 /** The ratio part of a tooltip: value and log10, or what a special cell means. */
-export function cellValueText(code: number, c: Codes = DEFAULT_CODES): { ratio: string; log10: string } {
+export function cellValueText(code: number, c: Codes): { ratio: string; log10: string } {
   switch (cellKind(code, c)) {
     case "value": {
       const lg = codeLog10(code, c);
@@ -116,16 +112,6 @@ export function skippedText(h: Heatmap, runIndex: number, k: number): string | n
 /** The tooltip of the skipped-step mark of column k. */
 export function skippedLines(h: Heatmap, runIndex: number, k: number): string[] {
   return [`${columnLabel(h, k)}  ·  run ${h.runs[runIndex].run}`, skippedText(h, runIndex, k) ?? "no skipped step"];
-}
-
-/** The steps a skipped-step marker series marks (its last value at a step counts: a skipped
- * update retried under the same step is not skipped). */
-export function markedSteps(steps: number[], values: (number | string)[]): Set<number> {
-  const last = new Map<number, number>();
-  steps.forEach((step, i) => last.set(step, Number(values[i])));
-  const out = new Set<number>();
-  for (const [step, v] of last) if (v >= 0.5) out.add(step);
-  return out;
 }
 
 /** JSON of what a heatmap shows: the columns' step ranges and, per shown layer, its ratios

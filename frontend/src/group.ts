@@ -1,6 +1,6 @@
 // Grouping rows by layer: the variables of one layer (e.g. kernel and bias) under a header row
 // that shows, per column, the group's worst cell; a group can be collapsed to that row.
-import { cellKind, codeLog10, Codes, DEFAULT_CODES } from "./codec";
+import { cellKind, codeLog10, Codes } from "./codec";
 
 export interface RowSpec {
   kind: "tag" | "group";
@@ -46,7 +46,7 @@ export function layoutRows(tags: string[], shown: number[], grouped: boolean, co
 
 /** How bad a cell is: NaN > +inf > huge > zero > tiny > a value by its distance (in decades)
  * from the target; missing is least. */
-export function severity(code: number, targetLog10: number, c: Codes = DEFAULT_CODES): number {
+export function severity(code: number, targetLog10: number, c: Codes): number {
   switch (cellKind(code, c)) {
     case "value": return Math.abs(codeLog10(code, c) - targetLog10);
     case "missing": return -1;
@@ -60,7 +60,7 @@ export function severity(code: number, targetLog10: number, c: Codes = DEFAULT_C
 
 /** The codes of the display rows ([R][C]) and, per cell, the tag index it shows (for a group
  * header: its worst member in that column). */
-export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpec[], targetLog10: number, c: Codes = DEFAULT_CODES): { codes: Uint16Array; source: Int32Array } {
+export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpec[], targetLog10: number, c: Codes): { codes: Uint16Array; source: Int32Array } {
   const out = new Uint16Array(specs.length * columns);
   const source = new Int32Array(specs.length * columns);
   specs.forEach((spec, r) => {

@@ -18,6 +18,7 @@ export const CSS = `
     --skip: #ff9800;
     color-scheme: dark;
   }
+[hidden] { display: none !important; } /* also over the display of canvases, grids */
 html, body { margin: 0; height: 100%; }
 html { scrollbar-gutter: stable; } /* no reflow (and refetch) when the page grows a scrollbar */
 body {

@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { codeColorTable, codeExtent, colorDomain, colorOfLog10, domainPosition, packRGBA, parseCssColor, specialColors, unpackRGBA, viridisRamp } from "../src/color";
+import { codeColorTable, codeExtent, colorDomain, domainPosition, packRGBA, parseCssColor, specialColors, unpackRGBA, viridisRamp } from "../src/color";
 import { paintCells, cellAt } from "../src/draw";
+import { CODES } from "./fixtures";
 
 const code = (m: number, k: number) => 6 + (k + 42) * 900 + (m - 100);
 
@@ -23,13 +24,12 @@ test("viridis: dark purple at the low end, yellow at the high end, monotonic lig
   assert.ok(r1 > b1 && g1 > b1, "high end is yellow");
   const luma = (v: number) => { const [r, g, b] = unpackRGBA(v); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
   for (let i = 8; i < 256; i += 8) assert.ok(luma(ramp[i]) > luma(ramp[i - 8]), `lightness grows at ${i}`);
-  assert.equal(colorOfLog10(-100, { lo: -5, hi: -1 }), colorOfLog10(-5, { lo: -5, hi: -1 }));
 });
 
 test("code table: values by log10, specials distinct from each other and from the ramp", () => {
   const d = { lo: -5, hi: -1 };
   for (const dark of [false, true]) {
-    const table = codeColorTable(d, { dark });
+    const table = codeColorTable(d, { dark }, CODES);
     const specials = [0, 1, 2, 3, 4, 5].map((c) => table[c]);
     assert.equal(new Set(specials).size, 6, "six distinct special colors");
     const ramp = new Set(viridisRamp());
@@ -44,18 +44,18 @@ test("code table: values by log10, specials distinct from each other and from th
     assert.equal(table[code(100, -20)], viridisRamp()[0]);
     assert.equal(table[code(999, 21)], viridisRamp()[255]);
   }
-  assert.notEqual(codeColorTable(d, { dark: false })[0], codeColorTable(d, { dark: true })[0], "missing follows the theme");
+  assert.notEqual(codeColorTable(d, { dark: false }, CODES)[0], codeColorTable(d, { dark: true }, CODES)[0], "missing follows the theme");
 });
 
 test("extent of the value codes ignores the specials", () => {
-  const [lo, hi] = codeExtent([new Uint16Array([0, 1, 2, 3, code(123, -5), code(500, -3)])]);
+  const [lo, hi] = codeExtent([new Uint16Array([0, 1, 2, 3, code(123, -5), code(500, -3)])], CODES);
   assert.ok(Math.abs(lo - Math.log10(1.23e-3)) < 1e-12);
   assert.ok(Math.abs(hi - Math.log10(0.5)) < 1e-12);
-  assert.ok(codeExtent([new Uint16Array([0, 1, 2])]).every(Number.isNaN));
+  assert.ok(codeExtent([new Uint16Array([0, 1, 2])], CODES).every(Number.isNaN));
 });
 
 test("paintCells writes the chosen rows in order, one pixel per cell", () => {
-  const table = codeColorTable({ lo: -5, hi: -1 }, { dark: false });
+  const table = codeColorTable({ lo: -5, hi: -1 }, { dark: false }, CODES);
   const codes = new Uint16Array([0, 1, 2, 3, 4, 5]); // 3 rows x 2 columns
   const out = new Uint32Array(4);
   paintCells(codes, 2, [2, 0], table, out);
@@ -71,4 +71,12 @@ test("cellAt maps CSS coordinates to cells", () => {
   assert.equal(cellAt(300, 0, 300, 18, 5, 30), null);
   assert.equal(cellAt(10, 90, 300, 18, 5, 30), null);
   assert.equal(cellAt(-1, 0, 300, 18, 5, 30), null);
+});
+
+test("codes past the header's max_exponent draw as huge; the table covers every uint16", () => {
+  const table = codeColorTable({ lo: -5, hi: -1 }, { dark: false }, { ...CODES, max_exponent: 0 });
+  assert.equal(table.length, 65536);
+  const last = CODES.first_value + (0 - CODES.min_exponent + 1) * CODES.mantissas - 1; // 9.99 * 10^0
+  assert.equal(table[last], viridisRamp()[255]);
+  assert.equal(table[last + 1], table[CODES.huge]);
 });

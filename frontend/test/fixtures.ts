@@ -1,5 +1,12 @@
 // Test fixtures: payloads laid out like tb_wur_plugin/heatmap.py `pack`.
-import { DEFAULT_CODES } from "../src/codec";
+import type { Codes } from "../src/codec";
+
+/** The codes a /heatmap header carries (tb_wur_plugin/heatmap.py's constants): the tests'
+ * stand-in for the server, the frontend has no copy of them. */
+export const CODES: Codes = {
+  missing: 0, nan: 1, inf: 2, zero: 3, tiny: 4, huge: 5,
+  first_value: 6, mantissas: 900, min_exponent: -42, max_exponent: 21,
+};
 
 /** Python's heatmap.encode_cells for a positive value, for the tests (exact decimal rounding). */
 export function encode(value: number): number {
@@ -45,7 +52,7 @@ export function pack(header: Record<string, unknown>, arrays: Record<string, { d
 export function sample() {
   // 2 layers x 3 columns; column 2 is a bin of steps 20..29 holding 2 logged steps
   return pack(
-    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: DEFAULT_CODES,
+    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: CODES,
       runs: [{ run: "r<b>", tags: ["a/kernel", "<img src=x onerror=alert(1)>"], codes: "codes_0" }] },
     {
       column_start: { dtype: "float64", data: [0, 10, 20] },
@@ -61,7 +68,7 @@ export function sample() {
 /** sample() with skipped-step counts: column 0 (one step) and 1 of the 2 steps of column 2. */
 export function sampleWithSkipped(counts: number[] = [1, 0, 1]) {
   return pack(
-    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: DEFAULT_CODES,
+    { start: 0, end: 29, reduction: "mean_log10", columns: 3, codes: CODES,
       runs: [{ run: "r<b>", tags: ["a/kernel", "b/kernel"], codes: "codes_0", skipped: "skipped_0" }] },
     {
       column_start: { dtype: "float64", data: [0, 10, 20] },

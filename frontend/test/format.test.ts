@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseHeatmap } from "../src/codec";
 import { cellValueText, columnLabel, viewCsv, viewJson, decadeTicks, formatPow10, formatRatio, formatShortRatio, formatStep, formatStepShort, stepTicks, tooltipLines } from "../src/format";
-import { sample } from "./fixtures";
+import { CODES, sample } from "./fixtures";
 
 test("ratios to 3 significant digits, specials in words", () => {
   assert.equal(formatRatio(0.000521), "0.000521");
@@ -32,7 +32,7 @@ test("step ticks are 1-2-5 multiples inside the range", () => {
 
 test("decade ticks and their labels", () => {
   assert.deepEqual(decadeTicks(-6.2, -0.5), [-6, -5, -4, -3, -2, -1]);
-  assert.deepEqual(decadeTicks(-40, 0, 5), [-40, -31, -22, -13, -4]);
+  assert.deepEqual(decadeTicks(-40, 0, 5), [-40, -30, -20, -10, 0]);
   assert.equal(formatPow10(-3), "1e-3");
   assert.equal(formatPow10(0), "1");
   assert.equal(formatPow10(1), "10");
@@ -54,8 +54,8 @@ test("tooltip: tag, step, ratio to 3 digits and log10; specials explained", () =
   assert.equal(tooltipLines(h, 0, 1, 1)[2], "ratio 0 (weights did not move)");
   assert.deepEqual(tooltipLines(h, 0, 1, 2).slice(2), ["ratio 0.0000456", "log10 -4.34", "2 logged steps, mean_log10"]);
   assert.equal(tooltipLines(h, 0, 1, 0)[0], "<img src=x onerror=alert(1)>"); // text, the DOM layer sets textContent
-  assert.equal(cellValueText(4).ratio, "< 1.00e-40");
-  assert.equal(cellValueText(5).ratio, "≥ 1.00e+24");
+  assert.equal(cellValueText(4, CODES).ratio, "< 1.00e-40");
+  assert.equal(cellValueText(5, CODES).ratio, "≥ 1.00e+24");
 });
 
 test("CSV of the view: shown rows and columns, values as displayed", () => {
@@ -102,4 +102,22 @@ test("density chart: y to log10, log10 to bucket", () => {
   assert.equal(bucketOf(edges, -1.2), 2);
   assert.equal(bucketOf(edges, -5), -1);
   assert.equal(bucketOf(edges, 0), -1);
+});
+
+import { parseBand } from "../src/toolbar";
+test("the band from its two inputs", () => {
+  assert.deepEqual(parseBand("1e-4", "1e-2"), { low: 1e-4, high: 1e-2, target: Math.sqrt(1e-6) });
+  for (const [a, b] of [["1e-2", "1e-4"], ["0", "1"], ["x", "1"], ["1e-4", "Infinity"]]) assert.equal(typeof parseBand(a, b), "string", `${a}, ${b}`);
+});
+
+import { flagText, rankFlags } from "../src/sidebar";
+test("flags: NaN first, then by the fraction out of band; what a flag says", () => {
+  const flag = (run: string, tag: string, nan: number, fraction: number) => ({
+    run, tag, logged_steps: 30, skipped_steps: 1, out_of_band_fraction: fraction, below_steps: 0, above_steps: 29,
+    first_out_of_band_step: 0, last_out_of_band_step: 145, nan_steps: nan, first_nan_step: nan ? 10 : null, inf_steps: 0, first_inf_step: null,
+  });
+  const ranked = rankFlags([flag("b", "x", 0, 0.5), flag("a", "y", 0, 0.9), flag("a", "z", 1, 0.1), flag("a", "x", 0, 0.5)]);
+  assert.deepEqual(ranked.map((f) => `${f.run}/${f.tag}`), ["a/z", "a/y", "a/x", "b/x"]);
+  assert.equal(flagText(ranked[1]), "90% of 29 steps out (29 above, 0 below), since step 0; 1 skipped step not judged");
+  assert.match(flagText(ranked[0]), /^NaN at 1 step since step 10; /);
 });

@@ -4,8 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseHeatmap } from "../src/codec";
 import { markAt, markSpans } from "../src/draw";
-import { markedSteps, skippedLines, skippedText, tooltipLines } from "../src/format";
-import { pack, sample, sampleWithSkipped } from "./fixtures";
+import { skippedLines, skippedText, tooltipLines } from "../src/format";
+import { CODES, pack, sample, sampleWithSkipped } from "./fixtures";
 
 test("parseHeatmap reads the skipped steps per column; none when the payload has none", () => {
   assert.deepEqual(Array.from(parseHeatmap(sampleWithSkipped()).runs[0].skipped), [1, 0, 1]);
@@ -13,7 +13,7 @@ test("parseHeatmap reads the skipped steps per column; none when the payload has
   assert.ok(h.runs[0].skipped instanceof Uint32Array);
   assert.deepEqual(Array.from(h.runs[0].skipped), [0, 0, 0]);
   assert.throws(() => parseHeatmap(pack(
-    { start: 0, end: 0, reduction: "max", columns: 1, runs: [{ run: "r", tags: ["a"], codes: "c", skipped: "s" }] },
+    { start: 0, end: 0, reduction: "max", columns: 1, codes: CODES, runs: [{ run: "r", tags: ["a"], codes: "c", skipped: "s" }] },
     { column_start: { dtype: "float64", data: [0] }, column_first: { dtype: "float64", data: [0] },
       column_last: { dtype: "float64", data: [0] }, column_count: { dtype: "uint32", data: [1] },
       c: { dtype: "uint16_planes", data: [3] }, s: { dtype: "uint32", data: [0, 1] } },
@@ -59,9 +59,4 @@ test("the pointer finds the mark under it, the nearest of overlapping ones", () 
   assert.equal(markAt([0, 1, 0], 3, 300, 99), -1);
   assert.equal(markAt(counts, 10, 10, -1), -1);
   assert.equal(markAt(counts, 10, 10, 10), -1);
-});
-
-test("the marker series: the last value written at a step counts", () => {
-  assert.deepEqual([...markedSteps([0, 1, 1, 2, 3], [0, 1, 0, 1, "NaN"])].sort(), [2]);
-  assert.deepEqual([...markedSteps([], [])], []);
 });

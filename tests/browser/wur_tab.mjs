@@ -81,10 +81,14 @@ function frame(page) {
 }
 
 const heatmapRequests = [];
+const wurRequests = []; // every request of the tab to its backend, in order
 
 async function openTab(page) {
   const t0 = Date.now();
-  page.on("request", (r) => { if (r.url().includes("/data/plugin/wur/heatmap")) heatmapRequests.push(r.url()); });
+  page.on("request", (r) => {
+    if (r.url().includes("/data/plugin/wur/heatmap")) heatmapRequests.push(r.url());
+    if (r.url().includes("/data/plugin/wur/")) wurRequests.push(r.url());
+  });
   await page.goto(`${config.url}/#wur`);
   const f = frame(page);
   await f.locator('[data-testid="wur-ready"]').waitFor({ timeout: 60000 });
@@ -367,6 +371,7 @@ async function interact(page, f, want) {
     check(new RegExp(`step \\d+: ${config.histogram_elements} elements`).test(text) && /≤ \|Δw_i\|\/\|w_i\| </.test(text), `density readout: ${text}`);
   }
   log("layer detail works");
+  await noRefetch(page, f, want);
 
   // flags: worst first, as the backend ranks them; a click scrolls to and highlights the row
   const flagTags = await f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => [e.dataset.run, e.dataset.tag]));
@@ -439,7 +444,114 @@ async function interact(page, f, want) {
   // after every tooltip, detail, flag and export: still no element made of a name
   for (const tag of ["img", "i"]) check(await f.locator(tag).count() === 0, `a <${tag}> element exists in the tab`);
 
+  await noRunShown(page, f, want);
   await shots(page, f);
+}
+
+/** Waits until the tab has settled: nothing loading, nothing asked for a moment. */
+async function settled(page, f) {
+  await page.waitForTimeout(300);
+  await f.locator('.wur-root[data-state="idle"]').waitFor();
+  await page.waitForTimeout(300);
+}
+
+/** The routes the tab requested while `action` ran (and until it settled), sorted. */
+async function requestsDuring(page, f, action) {
+  await settled(page, f);
+  const from = wurRequests.length;
+  await action();
+  await settled(page, f);
+  return wurRequests.slice(from).map((u) => new URL(u).pathname.replace(/^.*\/data\/plugin\/wur\//, "")).sort();
+}
+
+function expectRequests(got, want, what) {
+  check(JSON.stringify(got) === JSON.stringify([...want].sort()), `${what}: the tab requested ${JSON.stringify(got)}, want exactly ${JSON.stringify(want)}`);
+}
+
+/** With a layer's detail open: a theme change fetches nothing, a band change only the flags
+ * (judged on the server, one request a shown run), a zoom change only the heatmap (binned on
+ * the server); the detail redraws from what it has. */
+async function noRefetch(page, f, want) {
+  const first = want[0];
+  const detail = f.locator(`[data-testid="wur-detail"][data-run="${first.run}"][data-tag="${config.histogram_tag}"]`);
+  await detail.locator('[data-testid="wur-detail-histogram"]').waitFor();
+  const chart = detail.locator('[data-testid="wur-detail-ratio"]');
+  const pixels = () => chart.evaluate((c) => c.toDataURL());
+  const theme = () => f.locator("html").getAttribute("data-theme");
+  let before = await pixels();
+  // the system's color scheme
+  for (const scheme of ["dark", "light"]) {
+    const got = await requestsDuring(page, f, async () => {
+      await page.emulateMedia({ colorScheme: scheme });
+      await f.locator(`html[data-theme="${scheme}"]`).waitFor({ state: "attached" });
+    });
+    expectRequests(got, [], `prefers-color-scheme ${scheme}`);
+    const now = await pixels();
+    check(now !== before, `the detail was not redrawn for the ${scheme} theme`);
+    before = now;
+  }
+  // TensorBoard's own theme: the host page's body.dark-mode
+  for (const dark of [true, false]) {
+    const got = await requestsDuring(page, f, async () => {
+      await page.evaluate((on) => document.body.classList.toggle("dark-mode", on), dark);
+      await f.locator(`html[data-theme="${dark ? "dark" : "light"}"]`).waitFor({ state: "attached" });
+    });
+    expectRequests(got, [], `host body.dark-mode ${dark ? "on" : "off"}`);
+  }
+  check(await theme() === "light", `theme ${await theme()} after the toggles`);
+  // the band: the flags of each shown run, nothing else
+  for (const low of ["1e-5", "1e-4"]) {
+    const got = await requestsDuring(page, f, async () => {
+      await f.locator('[data-testid="wur-band-low"]').fill(low);
+      await f.locator('[data-testid="wur-band-low"]').press("Tab");
+    });
+    expectRequests(got, want.map(() => "flags"), `band low ${low}`);
+    const now = await pixels();
+    check(now !== before, `the detail's band was not redrawn for low ${low}`);
+    before = now;
+  }
+  // the zoom: one heatmap, nothing else; the detail follows the range
+  await f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).scrollIntoViewIfNeeded();
+  const a = await cellCenter(f, first.run, 0, 2), b = await cellCenter(f, first.run, 0, 9);
+  let got = await requestsDuring(page, f, async () => {
+    await page.mouse.move(a.x, a.y);
+    await page.mouse.down();
+    await page.mouse.move((a.x + b.x) / 2, a.y, { steps: 4 });
+    await page.mouse.move(b.x, b.y, { steps: 4 });
+    await page.mouse.up();
+    await waitAttrs(f, (x) => x[0].start === first.steps[2], "the zoomed range");
+  });
+  expectRequests(got, ["heatmap"], "zoom");
+  check(await detail.count() === 1 && (await pixels()) !== before, "the detail did not follow the zoom");
+  got = await requestsDuring(page, f, async () => {
+    await f.locator('[data-testid="wur-reset-zoom"]').click();
+    await waitAttrs(f, (x) => x[0].start === first.steps[0] && x[0].cols === first.steps.length, "the reset zoom");
+  });
+  expectRequests(got, ["heatmap"], "reset zoom");
+  check((await pixels()) === before, "the detail after the reset differs from before the zoom");
+  log("no refetch on theme, band (flags only) or zoom (heatmap only) changes");
+}
+
+/** Every run deselected: the message, and nothing else (no heatmap, legend, zoom label, band
+ * note, flags, detail); All brings them back. */
+async function noRunShown(page, f, want) {
+  const scroll = await f.locator("body").evaluate((b) => [b.scrollTop, document.documentElement.scrollTop]);
+  await f.locator('[data-testid="wur-runs-none"]').click();
+  await f.locator('[data-testid="wur-message"]', { hasText: "No run selected" }).waitFor();
+  await settled(page, f);
+  check(await f.locator('[data-testid="wur-heatmap"]').count() === 0, "a heatmap is shown with no run selected");
+  const text = async (testid) => (await f.locator(`[data-testid="${testid}"]`).textContent()).trim();
+  check(await text("wur-legend") === "" && await f.locator('[data-testid="wur-legend"] canvas').count() === 0, `the legend is shown with no run selected: "${await text("wur-legend")}"`);
+  check(await text("wur-zoom-label") === "", `the zoom label says "${await text("wur-zoom-label")}" with no run selected`);
+  check(await text("wur-flags-note") === "" && await f.locator('[data-testid="wur-flag"]').count() === 0, `the flags say "${await text("wur-flags-note")}" with no run selected`);
+  check(!(await f.locator("body").innerText()).includes("stayed in the band"), "the band note is shown with no run selected");
+  check(!(await f.locator('[data-testid="wur-detail"]').isVisible()), "the layer detail is shown with no run selected");
+  await f.locator('[data-testid="wur-runs-all"]').click();
+  await waitAttrs(f, (a) => a.length === want.length, "every run shown again");
+  await f.locator('[data-testid="wur-legend"] canvas').waitFor();
+  check(await text("wur-zoom-label") !== "", "no zoom label with the runs shown again");
+  await f.locator("body").evaluate((b, [y, yy]) => { b.scrollTop = y; document.documentElement.scrollTop = yy; }, scroll);
+  log("no run selected: only the message");
 }
 
 /** Tag and run names that are HTML are shown as text wherever they appear (row labels, run

@@ -1,0 +1,95 @@
+// The toolbar: refresh, layer filter, grouping, reduction, zoom (label, reset), band, status.
+import type { Band } from "./color";
+import { compileFilter, el } from "./dom";
+import { formatStep } from "./format";
+import type { Heatmap } from "./codec";
+
+const REDUCTIONS: [string, string][] = [
+  ["mean_log10", "geometric mean"], ["max", "max"], ["min", "min"], ["last", "last"],
+];
+
+export interface ToolbarHost {
+  refresh(): void;
+  setLayerFilter(filter: RegExp | null): void;
+  setGrouped(grouped: boolean): void;
+  setReduction(reduction: string): void;
+  resetZoom(): void;
+  setBand(band: Band): void;
+}
+
+/** The band from the two inputs' text, or what is wrong with it. */
+export function parseBand(lowText: string, highText: string): Band | string {
+  const low = Number(lowText), high = Number(highText);
+  const ok = low > 0 && high > 0 && Number.isFinite(low) && Number.isFinite(high) && low < high;
+  return ok ? { low, high, target: Math.sqrt(low * high) } : "The band needs 0 < low < high (e.g. 1e-4 and 1e-2).";
+}
+
+export class Toolbar {
+  readonly element: HTMLElement;
+  readonly status = el("span", { class: "wur-status", role: "status", "aria-live": "polite" });
+  readonly layerFilter = el("input", { type: "text", placeholder: "Filter layers (regex)", "aria-label": "Filter layers by regular expression", "data-testid": "wur-layer-filter", size: 18 });
+  private readonly layerFilterHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-filter-error" });
+  private readonly groupBox = el("input", { type: "checkbox", "data-testid": "wur-group" });
+  private readonly reduction = el("select", { "aria-label": "Reduction of a binned column", "data-testid": "wur-reduction" });
+  private readonly zoomLabel = el("span", { class: "wur-meta", "data-testid": "wur-zoom-label" });
+  private readonly resetZoom = el("button", { type: "button", "data-testid": "wur-reset-zoom", text: "Reset zoom", disabled: true, title: "Show every step (double-click a heatmap does the same)" });
+  private readonly refresh = el("button", { type: "button", "data-testid": "wur-refresh", text: "Refresh", title: "Reload the data" });
+  private readonly low = el("input", { type: "text", class: "wur-band", value: "1e-4", "aria-label": "Lower bound of the healthy band", "data-testid": "wur-band-low" });
+  private readonly high = el("input", { type: "text", class: "wur-band", value: "1e-2", "aria-label": "Upper bound of the healthy band", "data-testid": "wur-band-high" });
+  private readonly bandHint = el("span", { class: "wur-hint", role: "alert" });
+
+  constructor(host: ToolbarHost) {
+    for (const [value, label] of REDUCTIONS) this.reduction.append(el("option", { value, text: label }));
+    this.element = el("header", { class: "wur-toolbar" },
+      el("h1", { text: "Weight-update ratios ‖Δw‖/‖w‖" }),
+      this.refresh,
+      el("label", { class: "wur-field" }, "Layers", this.layerFilter), this.layerFilterHint,
+      el("label", { class: "wur-field", title: "Put the variables of one layer (kernel, bias) under a collapsible header row showing the worst of them" }, this.groupBox, "Group by layer"),
+      el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reduction),
+      this.resetZoom, this.zoomLabel,
+      el("span", { class: "wur-field" }, el("label", { text: "Band" }), this.low, "–", this.high), this.bandHint,
+      this.status,
+    );
+    this.refresh.addEventListener("click", () => host.refresh());
+    this.layerFilter.addEventListener("input", () => {
+      const filter = compileFilter(this.layerFilter.value);
+      this.layerFilter.classList.toggle("wur-invalid", filter instanceof Error);
+      this.layerFilterHint.textContent = filter instanceof Error ? `Invalid regular expression: ${filter.message}` : "";
+      if (!(filter instanceof Error)) host.setLayerFilter(filter); // else keep the last valid one
+    });
+    this.groupBox.addEventListener("change", () => host.setGrouped(this.groupBox.checked));
+    this.reduction.addEventListener("change", () => host.setReduction(this.reduction.value));
+    this.resetZoom.addEventListener("click", () => host.resetZoom());
+    for (const input of [this.low, this.high]) {
+      input.addEventListener("change", () => {
+        const band = parseBand(this.low.value, this.high.value);
+        const ok = typeof band !== "string";
+        this.low.classList.toggle("wur-invalid", !ok);
+        this.high.classList.toggle("wur-invalid", !ok);
+        this.bandHint.textContent = ok ? "" : band;
+        if (ok) host.setBand(band);
+      });
+    }
+  }
+
+  clearLayerFilter(): void {
+    this.layerFilter.value = "";
+    this.layerFilter.dispatchEvent(new Event("input"));
+  }
+
+  /** The zoom label says the range shown; empty without a heatmap. */
+  showZoom(h: Heatmap | null, zoomed: boolean): void {
+    this.resetZoom.disabled = !zoomed;
+    if (!h) {
+      this.zoomLabel.textContent = "";
+      return;
+    }
+    const binned = h.columnCount.some((c) => c > 1);
+    this.zoomLabel.textContent = `steps ${formatStep(h.start)}–${formatStep(h.end)}` + (binned ? ` in ${h.columns} bins` : "") + (zoomed ? " (zoomed)" : "");
+  }
+
+  setBusy(busy: boolean): void {
+    this.status.textContent = busy ? "Loading…" : "";
+    this.status.classList.toggle("wur-busy", busy);
+  }
+}

@@ -1,0 +1,77 @@
+// The dirty-mark scheduler and the store's setters: a setter marks what it made stale, one
+// frame commits everything marked, once.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Part, Scheduler, Store } from "../src/state";
+
+function fakeFrames() {
+  const queue: (() => void)[] = [];
+  return { frame: (cb: () => void) => { queue.push(cb); }, run: () => { const q = queue.splice(0); q.forEach((cb) => cb()); }, get pending() { return queue.length; } };
+}
+
+test("marks made before a frame are committed together, once", () => {
+  const frames = fakeFrames();
+  const commits: Part[][] = [];
+  const s = new Scheduler((d) => commits.push([...d].sort() as Part[]), frames.frame);
+  s.mark("heatmaps");
+  s.mark("legend", "heatmaps");
+  s.mark("detail");
+  assert.equal(frames.pending, 1, "one frame requested for three marks");
+  assert.equal(commits.length, 0, "nothing drawn before the frame");
+  assert.ok(s.isMarked("legend"));
+  frames.run();
+  assert.deepEqual(commits, [["detail", "heatmaps", "legend"]]);
+  assert.equal(s.isMarked("legend"), false);
+  frames.run();
+  assert.equal(commits.length, 1, "no commit without marks");
+  s.mark();
+  assert.equal(frames.pending, 0, "marking nothing asks for no frame");
+});
+
+test("a mark made during a commit is drawn in the next frame; flush() commits now", () => {
+  const frames = fakeFrames();
+  const commits: Part[][] = [];
+  const s: Scheduler = new Scheduler((d) => {
+    commits.push([...d]);
+    if (d.has("heatmaps")) s.mark("selection");
+  }, frames.frame);
+  s.mark("heatmaps");
+  frames.run();
+  assert.deepEqual(commits, [["heatmaps"]]);
+  assert.equal(frames.pending, 1);
+  frames.run();
+  assert.deepEqual(commits, [["heatmaps"], ["selection"]]);
+  s.mark("flags");
+  s.flush();
+  assert.deepEqual(commits.at(-1), ["flags"]);
+  frames.run(); // the frame asked for by the mark finds nothing left
+  assert.equal(commits.length, 3);
+});
+
+test("setters mark what shows what they change", () => {
+  const frames = fakeFrames();
+  let dirty: Part[] = [];
+  const store = new Store(new Scheduler((d) => { dirty = [...d].sort() as Part[]; }, frames.frame));
+  const after = (change: () => void) => { change(); frames.run(); const d = dirty; dirty = []; return d; };
+  assert.deepEqual(after(() => store.setBand({ low: 1e-5, high: 1e-2, target: 1e-3 })), ["detail", "heatmaps", "legend"]);
+  assert.deepEqual(after(() => store.setDark(true)), ["detail", "heatmaps", "legend"]);
+  assert.deepEqual(after(() => store.setZoom({ start: 10, end: 20 })), ["detail", "zoom"]);
+  assert.deepEqual(after(() => store.setSelected({ run: "r", tag: "t" })), ["detail", "selection"]);
+  assert.deepEqual(after(() => store.setHighlight({ run: "r", tag: "t" })), ["selection"]);
+  assert.deepEqual(after(() => store.setLayerFilter(/dense/)), ["heatmaps"]);
+  assert.deepEqual(after(() => store.setRunShown("r", false)), ["detail", "flags", "heatmaps", "legend", "runs", "zoom"]);
+  assert.deepEqual(after(() => store.setReduction("max")), [], "the reduction shows once the new heatmap is in");
+  assert.equal(store.s.zoom?.end, 20);
+  assert.equal(store.s.dark, true);
+});
+
+test("shown runs: the selected ones, in order; those with ratios for the heatmap", () => {
+  const store = new Store(new Scheduler(() => {}, () => {}));
+  const run = (name: string, ratios: boolean) => ({ run: name, first_step: ratios ? 0 : null, last_step: ratios ? 9 : null, has_learning_rate: false, layers: ratios ? [{ tag: "a", description: "", first_step: 0, last_step: 9, logged_steps: 10, has_histograms: false }] : [] });
+  store.setRuns([run("a", true), run("b", false), run("c", true)], null);
+  store.setRunShown("c", false);
+  assert.deepEqual(store.selectedRuns(), ["a", "b"]);
+  assert.deepEqual(store.heatmapRuns(), ["a"]);
+  store.setRunShown("c", true);
+  assert.deepEqual(store.heatmapRuns(), ["a", "c"]);
+});
