@@ -14,8 +14,10 @@ from __future__ import annotations
 import csv
 import io
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -452,6 +454,9 @@ def check_reference_variables() -> None:
         test_summary_steps_and_plain_steps_make_the_same_updates(name)
         bare = Mlp(name, watched=False)
         assert _closure(mlp.graph, mlp.train_op) == _closure(bare.graph, bare.train_op)
+    test_special_ratios_and_their_histogram_buckets()
+    with tempfile.TemporaryDirectory() as logdir:
+        test_the_hook_logs_the_ratios_of_the_users_own_train_op(pathlib.Path(logdir))
     print("reference variables OK")
 
 
