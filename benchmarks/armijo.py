@@ -67,33 +67,45 @@ def time_per_step(run: Callable[[int], None], steps: int) -> float:
 
 def step_costs(rounds: int, steps: int, width: int, batch: int) -> None:
     x_train, y_train, _, _ = digits()
-    x = tf.constant(np.resize(x_train, (batch, 64)))
-    y = tf.constant(np.resize(y_train, (batch,)))
+    n_batches = len(x_train) // batch
+    xs = tf.constant(x_train[:n_batches * batch].reshape(n_batches, batch, 64))
+    ys = tf.constant(y_train[:n_batches * batch].reshape(n_batches, batch))
     sgd_model, search_model = mlp(0, width), mlp(0, width)
+    start_weights = search_model.get_weights()
     optimizer = keras.optimizers.SGD(learning_rate=0.01)
     optimizer.build(sgd_model.trainable_variables)
-    search = armijo.StochasticArmijo(n_batches_per_epoch=len(x_train) // batch)
+    search = armijo.StochasticArmijo(n_batches_per_epoch=n_batches)
     trial_count = tf.Variable(0, dtype=tf.int64)  # trials (1 + backtracks) of timed steps
 
-    @tf.function
-    def bare():
+    def batch_of(counter):
+        """The next batch of the epoch, for every function the same sequence per round."""
+        i = counter % n_batches
+        counter.assign_add(1)
+        return tf.gather(xs, i), tf.gather(ys, i)
+
+    counters = {}
+
+    def counted(fn):
+        counter = tf.Variable(0, dtype=tf.int32)
+        wrapped = tf.function(lambda: fn(*batch_of(counter)))
+        counters[wrapped] = counter
+        return wrapped
+
+    def bare(x, y):
         with tf.GradientTape() as tape:
             loss = LOSS(y, sgd_model(x, training=True))
         grads = tape.gradient(loss, sgd_model.trainable_variables)
         optimizer.apply_gradients(zip(grads, sgd_model.trainable_variables))
 
-    @tf.function
-    def gradient():
+    def gradient(x, y):
         with tf.GradientTape() as tape:
             loss = LOSS(y, search_model(x, training=True))
         return loss, tape.gradient(loss, search_model.trainable_variables)
 
-    @tf.function
-    def forward():
+    def forward(x, y):
         return LOSS(y, search_model(x, training=True))
 
-    @tf.function
-    def searched():
+    def searched(x, y):
         result = search.minimize(lambda: LOSS(y, search_model(x, training=True)),
                                  search_model.trainable_variables)
         trial_count.assign_add(tf.cast(result.backtracks, tf.int64) + 1)
@@ -104,20 +116,32 @@ def step_costs(rounds: int, steps: int, width: int, batch: int) -> None:
                 fn()
         return run
 
-    functions = {"bare SGD step": loop(bare), "gradient pass": loop(gradient),
-                 "forward pass": loop(forward), "searched step": loop(searched)}
+    fns = {"bare SGD step": counted(bare), "gradient pass": counted(gradient),
+           "forward pass": counted(forward), "searched step": counted(searched)}
+    functions = {name: loop(fn) for name, fn in fns.items()}
+
+    def restart():
+        """Each round trains from the same weights and step size over the same batches."""
+        sgd_model.set_weights(start_weights)
+        search_model.set_weights(start_weights)
+        search.step_size.assign(search.initial_step_size)
+        for counter in counters.values():
+            counter.assign(0)
+
     for run in functions.values():  # trace and warm up
         run(2)
     trial_count.assign(0)
     times = {name: [] for name in functions}
     for _ in range(rounds):
+        restart()
         names = list(functions)
         random.shuffle(names)
         for name in names:
             times[name].append(time_per_step(functions[name], steps))
     bare_times = times["bare SGD step"]
-    print(f"MLP 64-{width}-10, batch {batch}, float32; time per step / bare SGD step, "
-          f"median [min-max] over {rounds} rounds of {steps} steps")
+    print(f"MLP 64-{width}-10, batch {batch}, float32, the first {steps} steps of training "
+          f"on digits' batches from the same weights each round; time per step / bare SGD "
+          f"step, median [min-max] over {rounds} rounds")
     ratio = {}
     for name in functions:
         r = [t / b for t, b in zip(times[name], bare_times)]
@@ -189,14 +213,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--parts", default="steps,convergence",
+                        help="comma-separated: steps, convergence")
     args = parser.parse_args()
     print(f"tf {tf.__version__}, keras {keras.__version__}")
-    if args.quick:
-        step_costs(rounds=args.rounds or 2, steps=2, width=32, batch=64)
-        convergence(seeds=[0], epochs=args.epochs or 1, rates=[0.1], with_adam=False)
-    else:
-        step_costs(rounds=args.rounds or 15, steps=30, width=256, batch=256)
-        convergence(seeds=[0, 1, 2], epochs=args.epochs or 10, rates=[0.01, 0.03, 0.1, 0.3, 1.0])
+    parts = args.parts.split(",")
+    if "steps" in parts:
+        if args.quick:
+            step_costs(rounds=args.rounds or 2, steps=2, width=32, batch=64)
+        else:
+            step_costs(rounds=args.rounds or 40, steps=30, width=256, batch=128)
+    if "convergence" in parts:
+        if args.quick:
+            convergence(seeds=[0], epochs=args.epochs or 1, rates=[0.1], with_adam=False)
+        else:
+            convergence(seeds=[0, 1, 2], epochs=args.epochs or 10,
+                        rates=[0.01, 0.03, 0.1, 0.3, 1.0])
 
 
 if __name__ == "__main__":
