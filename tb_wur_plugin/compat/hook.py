@@ -59,8 +59,10 @@ class WeightUpdateRatioHook(tf.compat.v1.train.SessionRunHook):
         self._built = False
 
     def begin(self) -> None:
+        from tb_wur_plugin.compat.v1 import WeightUpdateRatios  # (v1 imports this module)
+
         graph = tf.compat.v1.get_default_graph()
-        if hasattr(self._source, "watched") and hasattr(self._source, "train_op"):
+        if isinstance(self._source, WeightUpdateRatios):
             variables = [w.variable for w in self._source.watched]
         elif self._source is None:
             variables = tf.compat.v1.trainable_variables()
