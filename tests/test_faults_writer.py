@@ -97,14 +97,19 @@ def _steps(series: dict[str, dict[int, float]]) -> list[int]:
 
 
 class FileProbe(keras.callbacks.Callback):
-    """Records, after each batch, which steps the event file holds (runs after the callback)."""
+    """Records which steps the event file holds when each batch begins and when training
+    ends (runs after the callback, which writes a logged step's ratios when the next batch
+    begins or its epoch ends)."""
 
     def __init__(self, run_dir):
         super().__init__()
         self.run_dir = run_dir
         self.seen = []
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_begin(self, batch, logs=None):
+        self.seen.append(_steps(ratio_series(self.run_dir)))
+
+    def on_train_end(self, logs=None):
         self.seen.append(_steps(ratio_series(self.run_dir)))
 
 
@@ -117,8 +122,9 @@ def test_the_callback_flushes_each_logged_step_when_it_writes_it(logdir):
     model.fit(np.ones((20, 3)), np.zeros((20, 2)), batch_size=4, epochs=1, verbose=0,
               callbacks=[callback, probe])
     # Within the epoch, with 2 events per logged step (of the writer's queue of 10) and
-    # long before its 2 minute flush_millis: each logged step is in the file right away.
-    assert probe.seen == [[0], [0], [0, 2], [0, 2], [0, 2, 4]]
+    # long before its 2 minute flush_millis: each logged step is in the file right away
+    # (the file is empty when the first batch begins).
+    assert probe.seen == [[], [0], [0], [0, 2], [0, 2], [0, 2, 4]]
 
 
 def test_the_callback_with_flush_millis_buffers_logged_steps_until_the_epoch_ends(logdir):
