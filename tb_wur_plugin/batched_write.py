@@ -130,4 +130,4 @@ def to_stored_scalar(value: tf.Tensor) -> tf.Tensor:
     become its smallest positive value rather than 0 ("moved a little", not "did not move")."""
     stored = tf.cast(value, tf.float32)
     smallest = tf.constant(np.finfo(np.float32).smallest_subnormal, tf.float32)
-    return tf.where((value > 0) & (stored == 0), smallest, stored)
+    return tf.where((value > 0) & tf.math.equal(stored, 0), smallest, stored)

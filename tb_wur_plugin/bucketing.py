@@ -94,9 +94,9 @@ def _bucket_ids(
         positive,
         position + metadata.UNDERFLOW_BUCKET,
         tf.where(
-            (bits == 0) | (bits == int_type.min),  # +0, -0
+            tf.math.equal(bits, 0) | tf.math.equal(bits, int_type.min),  # +0, -0
             metadata.ZERO_BUCKET,
-            tf.where(bits == inf_bits, metadata.INF_BUCKET, metadata.NAN_BUCKET),
+            tf.where(tf.math.equal(bits, inf_bits), metadata.INF_BUCKET, metadata.NAN_BUCKET),
         ),
     )
     index = tf.range(tf.size(values))

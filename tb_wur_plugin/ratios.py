@@ -70,7 +70,7 @@ def update_ratios(
     updates = tf.gather(tf.concat(updates, 0), inverse)
     # log 0 = -inf: nothing moved gives 0, zero weights that moved +inf
     ratio = tf.where(
-        updates == -np.inf, tf.zeros_like(updates), tf.exp((updates - weights) / 2)
+        tf.math.equal(updates, -np.inf), tf.zeros_like(updates), tf.exp((updates - weights) / 2)
     )
     finite = ~tf.math.is_nan(weights + updates) & (weights < np.inf) & (updates < np.inf)
     return tf.where(finite, ratio, tf.fill(tf.shape(ratio), tf.constant(float("nan"), tf.float64)))

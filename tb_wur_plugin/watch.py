@@ -230,7 +230,7 @@ def _write_ratios(
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables, changes)  # large variables read one at a time
-    skipped = tf.cast(tf.reduce_all(ratios == 0), tf.float32)[tf.newaxis]
+    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)[tf.newaxis]
     abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
     written = [
         write_scalars(

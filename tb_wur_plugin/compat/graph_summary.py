@@ -2,7 +2,7 @@
 through a summary writer, for `tf.compat.v1.summary.FileWriter.add_summary` instead.
 
 The values are the ones `wur_summary.watch` writes, under the same tags and summary metadata
-(kind, index, data class): each ratio as float32 (`graph_equality.stored_scalar`), the skipped-step
+(kind, index, data class): each ratio as float32 (`batched_write.to_stored_scalar`), the skipped-step
 marker (1 when no watched variable changed), and with histograms the int64 bucket counts of
 each variable's elementwise ratios under `metadata.histogram_tag(tag)`. Each value carries
 its metadata, as TF1 summary ops do.
@@ -15,7 +15,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.compat.graph_equality import stored_scalar
+from tb_wur_plugin.batched_write import to_stored_scalar
 from tb_wur_plugin.watched import WatchedVariable
 
 SKIPPED_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
@@ -30,15 +30,15 @@ def ratio_summary(
 
     Args:
       watched: the variables, with their tags, in the order of `ratios`.
-      ratios: float64[n], their ratios (`graph_equality.graph_update_ratios`).
-      histogram_counts: int64[n, NUM_BUCKETS] (`graph_equality.graph_histogram_counts`),
+      ratios: float64[n], their ratios (`ratios.update_ratios`).
+      histogram_counts: int64[n, NUM_BUCKETS] (`ratios.histogram_counts`),
         or None.
     """
     abouts = [
         f"of {w.tag}: shape {w.variable.shape.as_list()}, {w.variable.dtype.base_dtype.name}"
         for w in watched
     ]
-    stored = tf.unstack(stored_scalar(ratios), num=len(watched))
+    stored = tf.unstack(to_stored_scalar(ratios), num=len(watched))
     values = [
         _tensor_summary(
             w.tag, value,

@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin.compat import graph_summary
-from tb_wur_plugin.compat.graph_equality import graph_histogram_counts, graph_update_ratios
 from tb_wur_plugin.compat.snapshot import is_resource_variable
+from tb_wur_plugin.ratios import histogram_counts, update_ratios
 from tb_wur_plugin.watched import watched_variables
 
 
@@ -78,8 +78,8 @@ class WeightUpdateRatioHook(tf.compat.v1.train.SessionRunHook):
                 tf.compat.v1.placeholder(w.variable.dtype.base_dtype, w.variable.shape)
                 for w in self._watched
             ]
-            ratios = graph_update_ratios(self._before, self._reads)
-            counts = graph_histogram_counts(self._before, self._reads) if self._histograms else None
+            ratios = update_ratios(self._before, self._reads)
+            counts = histogram_counts(self._before, self._reads) if self._histograms else None
             self._summary = graph_summary.ratio_summary(self._watched, ratios, counts)
         # reference variables are updated in place under their reads: copy what is fetched
         self._copy = [not is_resource_variable(w.variable) for w in self._watched]

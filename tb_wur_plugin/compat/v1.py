@@ -27,9 +27,9 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from tb_wur_plugin.compat import graph_summary, replay
-from tb_wur_plugin.compat.graph_equality import graph_histogram_counts, graph_update_ratios
 from tb_wur_plugin.compat.hook import WeightUpdateRatioHook
 from tb_wur_plugin.compat.snapshot import snapshot
+from tb_wur_plugin.ratios import histogram_counts, update_ratios
 from tb_wur_plugin.watched import WatchedVariable, watched_variables
 
 __all__ = ["watch", "WeightUpdateRatios", "WeightUpdateRatioHook"]
@@ -141,8 +141,8 @@ def _build(
     train_op = updates[0] if len(updates) == 1 else tf.group(*updates, name="train_op")
     with tf.control_dependencies([train_op]), tf.name_scope("after"):
         after = [w.variable.read_value() for w in watched]  # new reads, after the update
-    ratios = graph_update_ratios(before, after)
-    counts = graph_histogram_counts(before, after) if histograms else None
+    ratios = update_ratios(before, after)
+    counts = histogram_counts(before, after) if histograms else None
     summary = graph_summary.ratio_summary(watched, ratios, counts)
     per_tag = tf.unstack(ratios, num=len(watched))
     return {
