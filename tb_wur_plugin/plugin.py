@@ -161,7 +161,8 @@ class WURPlugin(base_plugin.TBPlugin):
     def runs_impl(self, ctx: tb_context.RequestContext, experiment: str) -> dict:
         """Every run with wur data: its layers in model order, and which series it has.
 
-        Builds no run's matrix: the layers' steps come from each run's step index.
+        Answers from each run's step index (cached); a run whose index is not current has
+        its matrix read, and cached for the heatmap that usually follows.
         """
         scalars = self._data.list_scalars(ctx, experiment)
         tensors = self._data.list_tensors(ctx, experiment)

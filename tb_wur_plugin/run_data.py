@@ -1,6 +1,7 @@
 """A run's wur data, read through TensorBoard's data provider: which series it lists, their
-points, and its ratios in model order, as a matrix (all values) or as a step index (which
-steps each layer logged), each cached per run until the run's data changes.
+points, and its ratios in model order, as a matrix (all values) and as a step index (which
+steps each layer logged, taken from the matrix), each cached per run until the run's data
+changes.
 
 Model order: layers sorted by the first step they logged, then by the position `watch` gave
 them (`index` in the plugin content), then by the time of their first write, then by tag.
@@ -118,23 +119,6 @@ class StepIndex:
             present.sum(axis=1).astype(np.int64),
             matrix.steps,
             matrix.steps[matrix.skipped_mask],
-        )
-
-    @classmethod
-    def from_steps(
-        cls, series: list[tuple[str, np.ndarray]], skipped_steps: np.ndarray
-    ) -> "StepIndex":
-        """The index of [(tag, steps)] in row order, each tag's steps ascending, distinct
-        and not empty, and of the steps the marker marks skipped."""
-        empty = np.zeros(0, np.int64)
-        steps = np.unique(np.concatenate([s for _, s in series])) if series else empty
-        return cls(
-            tuple(tag for tag, _ in series),
-            np.array([s[0] for _, s in series], np.int64),
-            np.array([s[-1] for _, s in series], np.int64),
-            np.array([len(s) for _, s in series], np.int64),
-            steps,
-            np.intersect1d(steps, skipped_steps),
         )
 
     @property
@@ -268,22 +252,17 @@ class RunData:
         Returns:
             The matrix; without rows when the run lists no ratio or they hold no point.
         """
-        key, signature = (experiment, run), listing.signature
-        matrix = self._matrices.get(key, signature)
-        if matrix is None:
-            series, skipped_steps = self._read_in_model_order(ctx, experiment, run, listing, True)
-            matrix = heatmap.RunMatrix.from_series(series, skipped_steps)
-            self._matrices.put(key, signature, matrix)
-        return matrix
+        return self._matrix(ctx, experiment, run, listing)
 
     @_one_call_per_run
     def step_index(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
     ) -> StepIndex:
-        """The run's step index: what `matrix` would give, without the values.
+        """The run's step index: what `matrix` gives, without the values.
 
-        Cached until `listing.signature` changes; then taken from the cached matrix where
-        that is current, else read (steps only).
+        Cached until `listing.signature` changes; then taken from the run's matrix, read
+        (and cached for the heatmap that usually follows) if it is not current: the steps
+        cannot be had without reading every point.
 
         Args:
             ctx: the request's context.
@@ -297,28 +276,28 @@ class RunData:
         key, signature = (experiment, run), listing.signature
         index = self._indexes.get(key, signature)
         if index is None:
-            matrix = self._matrices.get(key, signature)
-            if matrix is not None:
-                index = StepIndex.from_matrix(matrix)
-            else:
-                series, skipped_steps = self._read_in_model_order(
-                    ctx, experiment, run, listing, False
-                )
-                index = StepIndex.from_steps([(tag, steps) for tag, steps, _ in series], skipped_steps)
+            index = StepIndex.from_matrix(self._matrix(ctx, experiment, run, listing))
             self._indexes.put(key, signature, index)
         return index
 
+    def _matrix(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
+    ) -> heatmap.RunMatrix:
+        """`matrix`, the caller holding the run's lock."""
+        key, signature = (experiment, run), listing.signature
+        matrix = self._matrices.get(key, signature)
+        if matrix is None:
+            series, skipped_steps = self._read_in_model_order(ctx, experiment, run, listing)
+            matrix = heatmap.RunMatrix.from_series(series, skipped_steps)
+            self._matrices.put(key, signature, matrix)
+        return matrix
+
     def _read_in_model_order(
-        self,
-        ctx: tb_context.RequestContext,
-        experiment: str,
-        run: str,
-        listing: RunListing,
-        with_values: bool,
-    ) -> tuple[list[tuple[str, np.ndarray, np.ndarray | None]], np.ndarray]:
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
+    ) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], np.ndarray]:
         """([(tag, steps, values)] of the ratio tags that hold points, in model order, each
-        tag's steps ascending and distinct, the last value written at a step kept (values
-        None unless `with_values`); the steps the marker marks skipped)."""
+        tag's steps ascending and distinct, the last value written at a step kept; the steps
+        the marker marks skipped)."""
         ratios = listing.ratios
         tags = list(ratios) + ([metadata.SKIPPED_STEP_TAG] if listing.marker is not None else [])
         data = self.read_scalars(ctx, experiment, run, tags) if ratios else {}
@@ -327,16 +306,12 @@ class RunData:
             if not points:
                 continue
             steps = np.fromiter((p.step for p in points), np.int64, len(points))
+            values = np.fromiter((p.value for p in points), np.float64, len(points))
+            steps, values = _last_written(steps, values)
             if tag in ratios:
                 first_wall_time[tag] = min(points, key=lambda p: (p.step, p.wall_time)).wall_time
-                if with_values:
-                    values = np.fromiter((p.value for p in points), np.float64, len(points))
-                    series.append((tag, *_last_written(steps, values)))
-                else:
-                    series.append((tag, np.unique(steps), None))
+                series.append((tag, steps, values))
             else:
-                values = np.fromiter((p.value for p in points), np.float64, len(points))
-                steps, values = _last_written(steps, values)
                 skipped_steps = steps[values >= 0.5]  # the marker: 1 skipped, 0 applied
         series.sort(
             key=lambda s: (s[1][0], model_index(ratios[s[0]]), first_wall_time[s[0]], s[0])

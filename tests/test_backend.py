@@ -358,9 +358,8 @@ def test_runs_list_the_skipped_steps(skipping):
     assert all(r["skipped_steps"] == len(r["skipped_at"]) for r in runs.values())
 
 
-def test_runs_are_the_same_from_the_cached_matrix_and_from_the_steps(skipping):
-    """/runs takes a run's steps from its cached matrix when a heatmap built it, else reads
-    them: both give the same answer."""
+def test_runs_are_the_same_before_and_after_a_heatmap(skipping):
+    """/runs answers from a step index it caches, of the matrix it reads or a heatmap read."""
     runs = sorted(r["run"] for r in skipping.json("runs")["runs"])
     first = Backend(skipping.logdir)
     listed = first.json("runs")
@@ -369,6 +368,24 @@ def test_runs_are_the_same_from_the_cached_matrix_and_from_the_steps(skipping):
     second = Backend(skipping.logdir)
     second.heatmap(run=runs)
     assert second.json("runs") == listed
+
+
+def test_runs_then_heatmaps_read_each_run_once(skipping):
+    fresh = Backend(skipping.logdir)
+    provider = fresh.plugin._data._provider
+    reads = []
+    read_scalars = provider.read_scalars
+
+    def counted(*args, **kwargs):
+        reads.append(sorted(kwargs["run_tag_filter"].runs))
+        return read_scalars(*args, **kwargs)
+
+    provider.read_scalars = counted
+    runs = [r["run"] for r in fresh.json("runs")["runs"]]
+    fresh.heatmap(run=runs)
+    fresh.json("flags", run=runs[0])
+    fresh.json("runs")
+    assert sorted(reads) == [[run] for run in sorted(runs)]
 
 
 # --- what the wire names, so that the client repeats no rule of the backend -----------------
