@@ -280,17 +280,21 @@ def _parameters(model: torch.nn.Module) -> list[_Entry]:
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
-        tag = name.replace(".", "/")
-        if metadata.is_reserved_tag(tag):
-            raise ValueError(
-                f"parameter {name!r} has the tag {tag!r}, in the namespace "
-                f"{metadata.RESERVED_TAG_PREFIX!r} reserved for the plugin's own series; "
-                "rename the submodule"
-            )
-        tensor = _local(parameter.detach())
-        dtype = str(parameter.dtype).removeprefix("torch.")
-        entries.append(_Entry(tag, tensor, tuple(parameter.shape), dtype))
+        tag, dtype = _tag_and_dtype(name, parameter.dtype)
+        entries.append(_Entry(tag, _local(parameter.detach()), tuple(parameter.shape), dtype))
     return entries
+
+
+@functools.lru_cache(maxsize=65536)
+def _tag_and_dtype(name: str, dtype: torch.dtype) -> tuple[str, str]:
+    tag = name.replace(".", "/")
+    if metadata.is_reserved_tag(tag):
+        raise ValueError(
+            f"parameter {name!r} has the tag {tag!r}, in the namespace "
+            f"{metadata.RESERVED_TAG_PREFIX!r} reserved for the plugin's own series; "
+            "rename the submodule"
+        )
+    return tag, str(dtype).removeprefix("torch.")
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -337,10 +341,13 @@ def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     float64."""
     chunks, owners = [], []
     for i, tensor in enumerate(tensors):
-        flat = tensor.reshape(-1)
-        parts = flat.split(CHUNK_ELEMENTS) if flat.numel() > CHUNK_ELEMENTS else (flat,)
-        chunks.extend(parts)
-        owners.extend([i] * len(parts))
+        if tensor.numel() <= CHUNK_ELEMENTS:
+            chunks.append(tensor)  # the norm of all its elements, whatever its shape
+            owners.append(i)
+        else:
+            parts = tensor.reshape(-1).split(CHUNK_ELEMENTS)
+            chunks.extend(parts)
+            owners.extend([i] * len(parts))
     device = tensors[0].device
     squares = torch.stack(torch._foreach_norm(chunks)).to(torch.float64).square()
     if len(chunks) == len(tensors):

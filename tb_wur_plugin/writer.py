@@ -19,15 +19,16 @@ import numbers
 import operator
 import os
 import socket
+import struct
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin.crc32c import masked_crc32c
 from tb_wur_plugin.numpy_bucketing import bucket_counts
 
 __all__ = [
@@ -96,15 +97,15 @@ class SummaryWriter:
         self._logdir = logdir
         self._lock = threading.Lock()
         self._local = "://" not in logdir
-        file, self._path = _open_event_file(logdir, filename_suffix, self._local)
-        self._file = file
-        self._records = RecordWriter(file)
+        self._prefixes: dict[tuple, bytes] = {}
+        self._file, self._path = _open_event_file(logdir, filename_suffix, self._local)
+        self._add_event = None
         self._write_event(
             event_pb2.Event(
                 wall_time=time.time(),
                 file_version="brain.Event:2",
                 source_metadata=event_pb2.SourceMetadata(writer="tb_wur_plugin.writer"),
-            )
+            ).SerializeToString()
         )
 
     @classmethod
@@ -117,9 +118,9 @@ class SummaryWriter:
         self._logdir = logdir
         self._lock = threading.Lock()
         self._local = False
+        self._prefixes = {}
         self._file = None
         self._path = None
-        self._records = None
         self._add_event = add_event
         self._flush_events = flush
         return self
@@ -178,25 +179,15 @@ class SummaryWriter:
         elif not isinstance(skipped, (bool, np.bool_)):
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
         describe = _describer(descriptions, lambda tag: f"Weight-update ratio of {tag}")
-        summary = summary_pb2.Summary(
-            value=[
-                _scalar_value(
-                    tag, to_stored_scalar(value),
-                    metadata.create_summary_metadata(metadata.KIND_RATIO, describe(tag), index),
-                )
-                for index, (tag, value) in enumerate(values)
-            ]
-            + [
-                _scalar_value(
-                    metadata.SKIPPED_STEP_TAG,
-                    np.float32(1.0 if skipped else 0.0),
-                    metadata.create_summary_metadata(
-                        metadata.KIND_SKIPPED_STEP, SKIPPED_STEP_DESCRIPTION
-                    ),
-                )
-            ]
-        )
-        self._write_summary(summary, step, wall_time)
+        parts = [
+            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, to_stored_scalar(value))
+            for index, (tag, value) in enumerate(values)
+        ]
+        parts.append(self._scalar(
+            metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, SKIPPED_STEP_DESCRIPTION,
+            None, np.float32(1.0 if skipped else 0.0),
+        ))
+        self._write_summary(b"".join(parts), step, wall_time)
 
     def add_histograms(
         self,
@@ -226,21 +217,13 @@ class SummaryWriter:
         step = _check_step(step)
         items = _check_mapping(histograms, "histograms")
         describe = _describer(descriptions, lambda tag: f"Elementwise update ratios of {tag}")
-        values = []
+        parts = []
         for tag, data in items:
             counts = data.counts if isinstance(data, Counts) else bucket_counts(
                 _float_array(data, f"histogram of {tag!r}")
             )
-            values.append(
-                summary_pb2.Summary.Value(
-                    tag=metadata.histogram_tag(tag),
-                    metadata=metadata.create_summary_metadata(
-                        metadata.KIND_HISTOGRAM, describe(tag)
-                    ),
-                    tensor=_counts_tensor(counts),
-                )
-            )
-        self._write_summary(summary_pb2.Summary(value=values), step, wall_time)
+            parts.append(self._counts(tag, describe(tag), counts))
+        self._write_summary(b"".join(parts), step, wall_time)
 
     def add_learning_rate(
         self,
@@ -261,26 +244,21 @@ class SummaryWriter:
         rate = _real_scalar(value, "learning rate")
         if description is not None and not isinstance(description, str):
             raise TypeError(f"description must be a str, got {description!r}")
-        summary = summary_pb2.Summary(
-            value=[
-                _scalar_value(
-                    metadata.LEARNING_RATE_TAG,
-                    to_stored_scalar(rate),
-                    metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
-                )
-            ]
+        part = self._scalar(
+            metadata.LEARNING_RATE_TAG, metadata.KIND_LEARNING_RATE, description, None,
+            to_stored_scalar(rate),
         )
-        self._write_summary(summary, step, wall_time)
+        self._write_summary(part, step, wall_time)
 
     def flush(self) -> None:
         """Hand everything written so far to the file system (for URLs: upload it)."""
         with self._lock:
             if self.closed:
                 return
-            if self._records is None:
-                self._flush_events()
+            if self._add_event is None:
+                self._file.flush()
             else:
-                self._records.flush()
+                self._flush_events()
 
     def close(self) -> None:
         """Flush and close the event file (idempotent). A writer writing into another
@@ -289,11 +267,11 @@ class SummaryWriter:
             if self.closed:
                 return
             self._closed = True
-            if self._records is None:
-                self._flush_events()
+            if self._add_event is None:
+                self._file.flush()
+                self._file.close()
             else:
-                self._records.flush()
-                self._records.close()
+                self._flush_events()
 
     def __enter__(self) -> "SummaryWriter":
         return self
@@ -306,27 +284,60 @@ class SummaryWriter:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _write_summary(self, summary: summary_pb2.Summary, step: int, wall_time: float | None):
+    def _scalar(self, tag: str, kind: str, description: str | None, index: int | None,
+                value: np.float32) -> bytes:
+        """The `Summary.value` entry of a float32 scalar, as `watch` writes it: TensorProto
+        {DT_FLOAT, shape [], float_val [value]} (its constant prefix cached by tag)."""
+        key = (tag, kind, description, index)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            summary_metadata = metadata.create_summary_metadata(kind, description, index)
+            prefix = self._cache(key, _value_prefix(tag, summary_metadata, _SCALAR_FIELDS, 4))
+        return prefix + struct.pack("<f", value)
+
+    def _counts(self, tag: str, description: str, counts: np.ndarray) -> bytes:
+        """The `Summary.value` entry of a histogram: int64[NUM_BUCKETS] as `tensor_content`,
+        as `watch` writes it."""
+        key = (tag, metadata.KIND_HISTOGRAM, description, None)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            summary_metadata = metadata.create_summary_metadata(
+                metadata.KIND_HISTOGRAM, description)
+            prefix = self._cache(key, _value_prefix(
+                metadata.histogram_tag(tag), summary_metadata, _COUNTS_FIELDS, _COUNTS_BYTES))
+        return prefix + np.ascontiguousarray(counts, dtype="<i8").tobytes()
+
+    def _cache(self, key: tuple, prefix: bytes) -> bytes:
+        if len(self._prefixes) > 100_000:  # descriptions that change at every step
+            self._prefixes.clear()
+        self._prefixes[key] = prefix
+        return prefix
+
+    def _write_summary(self, summary: bytes, step: int, wall_time: float | None) -> None:
+        """One `Event` {wall_time, step, summary} from the serialized `Summary`."""
         if wall_time is not None:
             wall_time = float(_real_scalar(wall_time, "wall_time"))
         self._write_event(
-            event_pb2.Event(
-                wall_time=time.time() if wall_time is None else wall_time,
-                step=step,
-                summary=summary,
-            )
+            b"\x09" + struct.pack("<d", time.time() if wall_time is None else wall_time)
+            + b"\x10" + _varint(step & 0xFFFFFFFFFFFFFFFF)
+            + b"\x2a" + _varint(len(summary)) + summary
         )
 
-    def _write_event(self, event: event_pb2.Event) -> None:
+    def _write_event(self, event: bytes) -> None:
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"{self!r}: cannot write, the writer is closed")
-            if self._records is None:
-                self._add_event(event)
+            if self._add_event is not None:
+                self._add_event(event_pb2.Event.FromString(event))
                 return
-            self._records.write(event.SerializeToString())
+            # a TFRecord: length, its checksum, the data, its checksum
+            header = struct.pack("<Q", len(event))
+            self._file.write(
+                header + struct.pack("<I", masked_crc32c(header)) + event
+                + struct.pack("<I", masked_crc32c(event))
+            )
             if self._local:
-                self._records.flush()
+                self._file.flush()
 
 
 class Counts:
@@ -370,32 +381,35 @@ def _open_event_file(logdir: str, suffix: str, local: bool):
             continue
 
 
-def _scalar_value(tag: str, value: np.float32, summary_metadata) -> summary_pb2.Summary.Value:
-    """A float32 scalar as `watch` writes it: TensorProto {DT_FLOAT, shape [], float_val}."""
-    return summary_pb2.Summary.Value(
-        tag=tag,
-        metadata=summary_metadata,
-        tensor=tensor_pb2.TensorProto(
-            dtype=_DT_FLOAT,
-            tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-            float_val=[float(value)],
-        ),
-    )
+def _value_prefix(tag: str, summary_metadata, tensor_fields: bytes, data_bytes: int) -> bytes:
+    """`Summary.value` entry (field 1) with its `tensor` (field 8), without the data bytes
+    that end it (as `batched_write`, the TensorFlow path, lays it out)."""
+    head = summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata).SerializeToString()
+    tensor_length = len(tensor_fields) + data_bytes
+    tensor_header = b"\x42" + _varint(tensor_length)
+    value_length = len(head) + len(tensor_header) + tensor_length
+    return b"\x0a" + _varint(value_length) + head + tensor_header + tensor_fields
 
 
-def _counts_tensor(counts: np.ndarray) -> tensor_pb2.TensorProto:
-    """int64[NUM_BUCKETS] as `watch` writes it: its bytes as `tensor_content`."""
-    return tensor_pb2.TensorProto(
-        dtype=_DT_INT64,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=metadata.NUM_BUCKETS)]
-        ),
-        tensor_content=np.ascontiguousarray(counts, dtype="<i8").tobytes(),
-    )
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
-_DT_FLOAT = 1  # types_pb2.DT_FLOAT
-_DT_INT64 = 9  # types_pb2.DT_INT64
+# TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
+_SCALAR_FIELDS = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
+_COUNTS_BYTES = metadata.NUM_BUCKETS * 8
+# TensorProto {dtype: DT_INT64, tensor_shape: [NUM_BUCKETS]} and the tensor_content header
+_COUNTS_FIELDS = tensor_pb2.TensorProto(
+    dtype=9,  # DT_INT64
+    tensor_shape=tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=metadata.NUM_BUCKETS)]
+    ),
+).SerializeToString() + b"\x22" + _varint(_COUNTS_BYTES)
 
 
 def _check_step(step: Any) -> int:

@@ -365,3 +365,21 @@ def test_numbers_of_many_kinds_are_accepted(tmp_path):
             {"a": 1, "b": np.float16(0.5), "c": np.array(0.25), "d": Scalar()}, np.int64(4))
     assert [float(v) for _, v, _ in
             (read_events(str(tmp_path))[t][0] for t in "abcd")] == [1.0, 0.5, 0.25, 0.5]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4, 5, 100, 2047, 2048, 2049, 20_000, 100_003])
+def test_the_record_checksum_is_tensorboard_s(size):
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from tb_wur_plugin import crc32c
+
+    data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
+    assert crc32c.masked_crc32c(data) == masked_crc32c(data)
+    assert crc32c.crc32c(data) == crc32c._python_crc(data, 0xFFFFFFFF) ^ 0xFFFFFFFF
+
+
+def test_negative_and_large_steps(tmp_path):
+    with SummaryWriter(str(tmp_path)) as writer:
+        writer.add_ratios({"w": 0.5}, -3)
+        writer.add_ratios({"w": 0.5}, 2**40)
+    assert [s for s, _, _ in read_events(str(tmp_path))["w"]] == [-3, 2**40]
