@@ -2,9 +2,8 @@
 // legend, heatmap blocks, layer detail). Setters mark what is stale; commit() redraws it, once
 // per frame.
 import { api } from "./api";
-import { Heatmap } from "./codec";
-import { codeColorTable, codeExtent, colorDomain, Domain } from "./color";
-import { DetailCache, DetailData, DetailView } from "./detail";
+import { ColorTables } from "./color";
+import { DetailCache, DetailView, fetchDetailData } from "./detail";
 import { el, runColorOf, Tooltip } from "./dom";
 import { exportPng, exportView } from "./export";
 import { groupName } from "./group";
@@ -32,7 +31,8 @@ export class App {
   private readonly sidebar = new Sidebar(this);
   private readonly legend = new Legend();
   private readonly detail = new DetailView({ showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(), close: () => this.closeDetail() });
-  private readonly cache = new DetailCache((run, tag) => this.fetchDetail(run, tag));
+  private readonly cache = new DetailCache((run, tag) => fetchDetailData(run, tag, this.store.runInfo(run), this.store.s.reservedTags));
+  private readonly colors = new ColorTables();
   private readonly blocks = new Map<string, HeatmapBlock>();
   private emptyLogdir = false;
   private ready = false;
@@ -43,8 +43,6 @@ export class App {
   private lastWidth = 0;
   private resizeTimer = 0;
   private scrollToHighlight = false;
-  private extent: { h: Heatmap; lo: number; hi: number } | null = null;
-  private table: { key: string; table: Uint32Array } | null = null;
 
   mount(body: HTMLElement): void {
     body.append(el("style", { text: CSS }));
@@ -67,10 +65,13 @@ export class App {
 
   // --- loading ---------------------------------------------------------------------------
 
+  /** data-state: "loading" while a request is out, "idle" once what came in is drawn (the
+   * frame after the last answer: its commit was asked for first). */
   private busy(delta: number): void {
     this.loads += delta;
     this.toolbar.setBusy(this.loads > 0);
-    this.root.setAttribute("data-state", this.loads > 0 ? "loading" : "idle");
+    if (this.loads > 0) this.root.setAttribute("data-state", "loading");
+    else requestAnimationFrame(() => { if (this.loads === 0) this.root.setAttribute("data-state", "idle"); });
   }
 
   private showError(error: unknown): void {
@@ -155,19 +156,6 @@ export class App {
     } finally {
       this.busy(-1);
     }
-  }
-
-  /** What the open layer's detail shows, fetched once per (run, tag) until a reload. */
-  private async fetchDetail(run: string, tag: string): Promise<DetailData> {
-    const info = this.store.runInfo(run);
-    const layer = info?.layers.find((l) => l.tag === tag);
-    const lrTag = info?.has_learning_rate ? this.store.s.reservedTags?.learning_rate : undefined;
-    const [series, histograms, lr] = await Promise.all([
-      api.series(run, tag),
-      layer?.has_histograms ? api.histograms(run, tag) : null,
-      lrTag ? api.series(run, lrTag) : null,
-    ]);
-    return { series, values: series.values.map(Number), histograms, lr: lr ? { steps: lr.steps, values: lr.values.map(Number) } : null };
   }
 
   /** Shows the selected layer's detail: from the cache, else fetched into it. */
@@ -271,21 +259,6 @@ export class App {
     return runColorOf(run, this.store.s.runs.map((r) => r.run));
   }
 
-  private domain(h: Heatmap): Domain {
-    if (this.extent?.h !== h) {
-      const [lo, hi] = codeExtent(h.runs.map((r) => r.codes), h.codes);
-      this.extent = { h, lo, hi };
-    }
-    return colorDomain(this.extent.lo, this.extent.hi, this.store.s.band);
-  }
-
-  private colorTable(h: Heatmap): Uint32Array {
-    const d = this.domain(h), dark = this.store.s.dark;
-    const key = JSON.stringify([d, dark, h.codes]);
-    if (this.table?.key !== key) this.table = { key, table: codeColorTable(d, { dark }, h.codes) };
-    return this.table.table;
-  }
-
   private commit(dirty: ReadonlySet<Part>): void {
     const s = this.store.s;
     if (dirty.has("runs")) this.sidebar.renderRuns(s.runs, s.deselected, (r) => this.color(r));
@@ -307,7 +280,7 @@ export class App {
       return;
     }
     const t0 = performance.now();
-    const table = this.colorTable(h), colors = themeColors(this.root);
+    const table = this.colors.table(h, s.band, s.dark), colors = themeColors(this.root);
     const width = this.lastWidth || this.plotWidth();
     const names = new Set(h.runs.map((r) => r.run));
     for (const [run, b] of this.blocks) if (!names.has(run)) { b.destroy(); this.blocks.delete(run); }
@@ -354,7 +327,7 @@ export class App {
     const s = this.store.s;
     if (!s.heatmap) return this.legend.clear();
     const skipped = [...this.blocks.values()].some((b) => b.hasMarks);
-    this.legend.update({ domain: this.domain(s.heatmap), band: s.band, dark: s.dark, colors: themeColors(this.root), skipped });
+    this.legend.update({ domain: this.colors.domain(s.heatmap, s.band), band: s.band, dark: s.dark, colors: themeColors(this.root), skipped });
   }
 
   private commitDetail(): void {

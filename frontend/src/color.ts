@@ -2,7 +2,7 @@
 // over a domain shared by every heatmap on screen; fixed, distinct colors for the special
 // cells. Colors are packed as RGBA in a Uint32 (little-endian ImageData byte order).
 import { interpolateViridis } from "d3-scale-chromatic";
-import { cellKind, codeLog10, Codes } from "./codec";
+import { cellKind, codeLog10, Codes, Heatmap } from "./codec";
 
 export type Special = "missing" | "zero" | "tiny" | "inf" | "huge" | "nan";
 
@@ -120,4 +120,26 @@ export function codeExtent(arrays: Uint16Array[], c: Codes): [number, number] {
   }
   if (lo === Infinity) return [NaN, NaN];
   return [codeLog10(lo, c), codeLog10(hi, c)]; // codes are monotonic in the value
+}
+
+/** The color domain and code table of the heatmap shown, kept until the heatmap, the band or
+ * the theme changes (the extent is computed once per heatmap). */
+export class ColorTables {
+  private extent: { h: Heatmap; lo: number; hi: number } | null = null;
+  private last: { key: string; table: Uint32Array } | null = null;
+
+  domain(h: Heatmap, band: Band): Domain {
+    if (this.extent?.h !== h) {
+      const [lo, hi] = codeExtent(h.runs.map((r) => r.codes), h.codes);
+      this.extent = { h, lo, hi };
+    }
+    return colorDomain(this.extent.lo, this.extent.hi, band);
+  }
+
+  table(h: Heatmap, band: Band, dark: boolean): Uint32Array {
+    const d = this.domain(h, band);
+    const key = JSON.stringify([d, dark, h.codes]);
+    if (this.last?.key !== key) this.last = { key, table: codeColorTable(d, { dark }, h.codes) };
+    return this.last.table;
+  }
 }

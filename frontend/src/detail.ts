@@ -2,7 +2,7 @@
 // histogram density, drawn by charts.ts. Its data (what /series and /histograms answered for the
 // layer) is cached per (run, tag), so a change of band, theme or zoom redraws it without
 // fetching; only a reload clears the cache. The DOM (canvases, readouts) is built once.
-import { HttpError, Histograms, LayerInfo, Series } from "./api";
+import { api, HttpError, Histograms, LayerInfo, ReservedTags, RunInfo, Series } from "./api";
 import { bucketOf, drawDensity, drawLogLine, log10AtY, nearestIndex, rangeIndices, stepAtX } from "./charts";
 import type { Band } from "./color";
 import { el } from "./dom";
@@ -20,6 +20,19 @@ export interface DetailData {
 }
 
 export type DetailFetch = (run: string, tag: string) => Promise<DetailData>;
+
+/** What a layer's detail shows: its ratio series, its histograms (when logged) and the run's
+ * learning rate (when logged; its tag is the one /runs names). */
+export async function fetchDetailData(run: string, tag: string, info: RunInfo | undefined, reserved: ReservedTags | null): Promise<DetailData> {
+  const layer = info?.layers.find((l) => l.tag === tag);
+  const lrTag = info?.has_learning_rate ? reserved?.learning_rate : undefined;
+  const [series, histograms, lr] = await Promise.all([
+    api.series(run, tag),
+    layer?.has_histograms ? api.histograms(run, tag) : null,
+    lrTag ? api.series(run, lrTag) : null,
+  ]);
+  return { series, values: series.values.map(Number), histograms, lr: lr ? { steps: lr.steps, values: lr.values.map(Number) } : null };
+}
 
 /** Detail data per (run, tag): one fetch per layer until clear(); a failed fetch is not kept.
  * At most `capacity` layers, the least recently asked for go first. */

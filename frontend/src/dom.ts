@@ -67,3 +67,13 @@ export class Tooltip {
     return this.element.hidden;
   }
 }
+
+/** Whether two lists of memo keys are the same, item by item (===). */
+export function sameKeys(a: unknown[], b: unknown[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** Sets the attributes that differ. */
+export function setAttrs(node: Element, attrs: Record<string, string | number>): void {
+  for (const [k, v] of Object.entries(attrs)) if (node.getAttribute(k) !== String(v)) node.setAttribute(k, String(v));
+}

@@ -1,6 +1,6 @@
 // Grouping rows by layer: the variables of one layer (e.g. kernel and bias) under a header row
 // that shows, per column, the group's worst cell; a group can be collapsed to that row.
-import { cellKind, codeLog10, Codes } from "./codec";
+import { cellKind, codeLog10, Codes, Heatmap } from "./codec";
 
 export interface RowSpec {
   kind: "tag" | "group";
@@ -81,4 +81,14 @@ export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpe
     }
   });
   return { codes: out, source };
+}
+
+/** Rows of a run's heatmap: shown tags (filtered), display rows (grouped) and their codes. */
+export function blockRows(h: Heatmap, runIndex: number, filter: RegExp | null, grouped: boolean, collapsed: ReadonlySet<string>, targetLog10: number) {
+  const run = h.runs[runIndex];
+  const shown: number[] = [];
+  run.tags.forEach((tag, i) => { if (!filter || filter.test(tag)) shown.push(i); });
+  const specs = layoutRows(run.tags, shown, grouped, collapsed);
+  const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, targetLog10, h.codes) : null;
+  return { shown, specs, display };
 }

@@ -4,14 +4,14 @@
 import { api, RunInfo } from "./api";
 import { columnRange, Heatmap } from "./codec";
 import { axisTicks, cellAt, drawHeatmap, drawMarks, markAt, markSpans } from "./draw";
-import { el, safeFileName } from "./dom";
+import { el, safeFileName, sameKeys, setAttrs } from "./dom";
 import { formatStep, skippedLines, tooltipLines } from "./format";
-import { displayMatrix, layoutRows, RowSpec } from "./group";
+import { blockRows, RowSpec } from "./group";
 import { SKIPPED_MEANING } from "./legend";
 import type { RowRef, Zoom } from "./state";
 import type { ChartColors } from "./theme";
 
-export const MARKS_HEIGHT = 7; // the strip of skipped-step marks above a heatmap, CSS px
+const MARKS_HEIGHT = 7; // the strip of skipped-step marks above a heatmap, CSS px
 export const MARK_MIN_WIDTH = 3;
 
 export interface BlockHost {
@@ -37,16 +37,6 @@ export interface BlockView {
   width: number;
   color: string;
   colors: ChartColors;
-}
-
-/** Rows of a run's heatmap: shown tags (filtered), display rows (grouped) and their codes. */
-export function blockRows(h: Heatmap, runIndex: number, filter: RegExp | null, grouped: boolean, collapsed: ReadonlySet<string>, targetLog10: number) {
-  const run = h.runs[runIndex];
-  const shown: number[] = [];
-  run.tags.forEach((tag, i) => { if (!filter || filter.test(tag)) shown.push(i); });
-  const specs = layoutRows(run.tags, shown, grouped, collapsed);
-  const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, targetLog10, h.codes) : null;
-  return { shown, specs, display };
 }
 
 export class HeatmapBlock {
@@ -345,14 +335,6 @@ export class HeatmapBlock {
     if (spec.kind === "group") lines.push(`worst of the ${spec.members.length} variables of ${spec.name}`);
     this.host.showLines(lines, x, y);
   }
-}
-
-function sameKeys(a: unknown[], b: unknown[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
-}
-
-function setAttrs(node: Element, attrs: Record<string, string | number>): void {
-  for (const [k, v] of Object.entries(attrs)) if (node.getAttribute(k) !== String(v)) node.setAttribute(k, String(v));
 }
 
 /** A row label: a group header (click: collapse/expand) or a tag, cut at the start when too

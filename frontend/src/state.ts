@@ -15,8 +15,6 @@ export type Part =
   | "flags"     // the flags list and its note
   | "detail";   // the open layer's charts
 
-export const ALL_PARTS: readonly Part[] = ["runs", "heatmaps", "selection", "legend", "zoom", "flags", "detail"];
-
 export interface Zoom { start: number; end: number }
 export interface RowRef { run: string; tag: string }
 export type FlagRow = FlagInfo & { run: string };
