@@ -111,10 +111,14 @@ class StepIndex:
     def from_matrix(cls, matrix: heatmap.RunMatrix) -> "StepIndex":
         """The index of a run's matrix (whose every row logged some step)."""
         present = matrix.present
-        last = present.shape[1] - 1 - present[:, ::-1].argmax(axis=1)
+        if not matrix.tags:  # argmax has nothing to reduce
+            first = last = np.zeros(0, np.intp)
+        else:
+            first = present.argmax(axis=1)
+            last = present.shape[1] - 1 - present[:, ::-1].argmax(axis=1)
         return cls(
             matrix.tags,
-            matrix.steps[present.argmax(axis=1)],
+            matrix.steps[first],
             matrix.steps[last],
             present.sum(axis=1).astype(np.int64),
             matrix.steps,

@@ -388,6 +388,16 @@ def test_runs_then_heatmaps_read_each_run_once(skipping):
     assert sorted(reads) == [[run] for run in sorted(runs)]
 
 
+def test_runs_list_a_run_without_ratios(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path / "rate_only"))
+    with writer.as_default():
+        wur_summary.learning_rate(0.1, step=3)
+    writer.close()
+    (run,) = Backend(str(tmp_path)).json("runs")["runs"]
+    assert run == {"run": "rate_only", "layers": [], "first_step": None, "last_step": None,
+                   "has_learning_rate": True, "skipped_steps": 0, "skipped_at": []}
+
+
 # --- what the wire names, so that the client repeats no rule of the backend -----------------
 
 
