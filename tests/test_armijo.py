@@ -567,10 +567,6 @@ def dropout_model(seed=2):
         keras.layers.Dropout(0.5), keras.layers.Dense(1)])
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "OPEN: passed in the first full run, now the logged f' of the accepted trial (0.4361) "
-    "differs from a stateless call at the accepted weights with the pre-step seed state "
-    "(0.4716) while f matches; under investigation"))
 def test_dropout_masks_identical_across_trials(tmp_path):
     x, y = X[:128].astype(np.float32), Y[:128, None].astype(np.float32)
     inner = dropout_model()
@@ -604,6 +600,197 @@ def test_dropout_masks_identical_across_trials(tmp_path):
     # The seed state advanced once, as by one training pass.
     for v, s in zip(inner.non_trainable_variables, state_after):
         np.testing.assert_array_equal(v.numpy(), s.numpy())
+
+
+class PassRecorder:
+    """Records one tensor per forward pass in training mode, outside the model's state
+    (plain `tf.Variable`s, not Keras variables: a stateless call neither maps nor returns
+    them), eagerly and from inside the traced train function's loops."""
+
+    def __init__(self, capacity, shape):
+        self.values = tf.Variable(tf.zeros([capacity, *shape]), trainable=False)
+        self.count = tf.Variable(0, dtype=tf.int32, trainable=False)
+
+    def record(self, value):
+        self.values.scatter_nd_update([[self.count.read_value()]], value[None])
+        self.count.assign_add(1)
+
+    def taken(self):
+        return self.values.numpy()[: int(self.count.numpy())]
+
+
+class ProbedDropout(keras.layers.Layer):
+    """`inputs * Dropout(ones)`: a Keras Dropout (its seed generator state in the model's
+    non-trainable variables), whose scaled mask (0 or 1 / (1 - rate)) each training pass
+    records."""
+
+    def __init__(self, rate, seed, recorder, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = keras.layers.Dropout(rate, seed=seed)
+        self._recorder = recorder
+
+    def call(self, inputs, training=False):
+        mask = self.dropout(keras.ops.ones_like(inputs), training=training)
+        if training:
+            self._recorder.record(mask)
+        return inputs * mask
+
+
+class Probe(keras.layers.Layer):
+    """The identity; records its input (the logits) at each training pass."""
+
+    def __init__(self, recorder, **kwargs):
+        super().__init__(**kwargs)
+        self._recorder = recorder
+
+    def call(self, inputs, training=False):
+        if training:
+            self._recorder.record(inputs)
+        return inputs
+
+
+PROBE_HIDDEN, PROBE_BATCH, PROBE_L2, PROBE_SEED = 8, 64, 0.01, 1234
+
+
+def probed_model(capacity):
+    """Dense(8, tanh, L2) -> dropout 0.5 (masks recorded) -> Dense(1) (logits recorded)."""
+    masks = PassRecorder(capacity, [PROBE_BATCH, PROBE_HIDDEN])
+    logits = PassRecorder(capacity, [PROBE_BATCH, 1])
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([
+        keras.Input((D,)),
+        keras.layers.Dense(PROBE_HIDDEN, activation="tanh",
+                           kernel_regularizer=keras.regularizers.L2(PROBE_L2)),
+        ProbedDropout(0.5, PROBE_SEED, masks),
+        keras.layers.Dense(1),
+        Probe(logits),
+    ])
+    return model, masks, logits
+
+
+def np_probed(weights, mask, x, y):
+    """The probed model's training loss (BCE of the logits + L2), its gradient and its
+    logits, in numpy float64, for a given dropout mask."""
+    w1, b1, w2, b2 = (np.asarray(w, np.float64) for w in weights)
+    h = np.tanh(x @ w1 + b1)
+    hm = h * mask
+    z = hm @ w2 + b2
+    loss = float(np.mean(np.logaddexp(0.0, z) - y * z)) + PROBE_L2 * float(np.sum(w1 * w1))
+    r = (1.0 / (1.0 + np.exp(-z)) - y) / len(y)
+    dpre = (r @ w2.T) * mask * (1.0 - h * h)
+    grads = [x.T @ dpre + 2.0 * PROBE_L2 * w1, dpre.sum(axis=0), hm.T @ r, r.sum(axis=0)]
+    return loss, grads, z
+
+
+@pytest.mark.parametrize("run_eagerly", [False, True], ids=["compiled", "eager"])
+def test_dropout_mask_of_the_gradient_pass_in_every_trial(tmp_path, run_eagerly):
+    """Every pass of a searched step (the gradient pass and each trial) draws the same
+    dropout mask; each trial's logits and loss are the numpy ones at w − s·g with that mask
+    (L2 included); the next step draws a new mask: the same two masks as two plain SGD
+    steps, the seed state advancing once per step."""
+    x64, y64 = X[:2 * PROBE_BATCH], Y[:2 * PROBE_BATCH, None]
+    x, y = x64.astype(np.float32), y64.astype(np.float32)
+    c, beta, s0 = 0.1, 0.9, 50.0
+    capacity = 2 * 61
+    inner, masks, logits = probed_model(capacity)
+    seed_state = inner.layers[1].dropout.seed_generator.state
+    assert [v.path for v in inner.non_trainable_variables] == [seed_state.path]
+    search = armijo.StochasticArmijo(reset="initial", initial_step_size=s0, c=c, beta=beta,
+                                     max_backtracks=60)
+    model = armijo.LineSearchModel(inner, search)
+    model.compile(loss=BCE, run_eagerly=run_eagerly)
+
+    steps = []  # per step: weights and seed state before, passes recorded before and after
+
+    class Snapshots(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            steps.append(dict(weights=[v.numpy() for v in inner.trainable_variables],
+                              seed=seed_state.numpy(), first=int(masks.count.numpy())))
+
+        def on_train_batch_end(self, batch, logs=None):
+            steps[-1].update(end=int(masks.count.numpy()),
+                             after=[v.numpy() for v in inner.trainable_variables],
+                             seed_after=seed_state.numpy())
+
+    values = fit_logged(model, x, y, str(tmp_path), batch_size=PROBE_BATCH, epochs=1,
+                        callbacks=[Snapshots()])
+    assert len(steps) == 2
+    recorded_masks, recorded_logits = masks.taken(), logits.taken()
+    assert len(recorded_logits) == len(recorded_masks) == steps[-1]["end"]
+
+    step_masks = []
+    for k, step in enumerate(steps):
+        rows = slice(k * PROBE_BATCH, (k + 1) * PROBE_BATCH)
+        xb, yb = x64[rows], y64[rows]
+        passes = range(step["first"], step["end"])
+        backtracks = int(values[metadata.LINE_SEARCH_BACKTRACKS_TAG][k])
+        assert len(passes) == 1 + backtracks + 1  # the gradient pass, the trials
+        assert backtracks >= 3
+        # One mask in every pass of the step: the gradient pass's.
+        mask = recorded_masks[step["first"]]
+        assert set(np.unique(mask)) == {0.0, 2.0}
+        for i in passes:
+            np.testing.assert_array_equal(recorded_masks[i], mask, err_msg=f"step {k}, pass {i}")
+        step_masks.append(mask)
+        # The seed state advances once per step.
+        np.testing.assert_array_equal(step["seed_after"], step["seed"] + np.array([0, 1]))
+
+        # The gradient pass and each trial, in numpy with that mask.
+        w = [np.asarray(v, np.float64) for v in step["weights"]]
+        f, g, z = np_probed(w, mask, xb, yb)
+        np.testing.assert_allclose(recorded_logits[step["first"]], z, rtol=1e-4, atol=1e-5)
+        assert values[metadata.LINE_SEARCH_LOSS_TAG][k] == pytest.approx(f, rel=1e-5)
+        g2 = sum(float(np.sum(gi * gi)) for gi in g)
+        s = s0
+        for trial, i in enumerate(passes[1:]):
+            trial_weights = [wi - s * gi for wi, gi in zip(w, g)]
+            f_trial, _, z_trial = np_probed(trial_weights, mask, xb, yb)
+            np.testing.assert_allclose(recorded_logits[i], z_trial, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"step {k}, trial {trial}")
+            accepted = f_trial - (f - s * c * g2) <= 0
+            assert accepted == (trial == backtracks), f"step {k}, trial {trial}"
+            if not accepted:
+                s *= beta
+        # The accepted trial: its loss logged, its weights kept.
+        assert values[metadata.LINE_SEARCH_NEW_LOSS_TAG][k] == pytest.approx(f_trial, rel=1e-5)
+        assert values[metadata.LINE_SEARCH_STEP_SIZE_TAG][k] == pytest.approx(s, rel=1e-6)
+        for a, e in zip(step["after"], trial_weights):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
+
+    # The next step draws a new mask ...
+    assert not np.array_equal(step_masks[0], step_masks[1])
+    np.testing.assert_array_equal(steps[1]["seed"], steps[0]["seed_after"])
+    # ... the masks of two plain SGD steps from the same seed state.
+    plain, plain_masks, _ = probed_model(4)
+    plain.compile(optimizer=keras.optimizers.SGD(0.01), loss=BCE, run_eagerly=run_eagerly,
+                  jit_compile=False)
+    plain.fit(x, y, batch_size=PROBE_BATCH, epochs=1, verbose=0, shuffle=False)
+    assert len(plain_masks.taken()) == 2
+    for mine, theirs in zip(step_masks, plain_masks.taken()):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("run_eagerly", [False, True], ids=["compiled", "eager"])
+def test_trials_update_no_metric(tmp_path, run_eagerly):
+    """A multi-output model's per-output loss metrics (updated whenever a loss is computed)
+    are the gradient pass's, not averaged over the trials."""
+    x, y = X[:128].astype(np.float32), Y[:128, None].astype(np.float32)
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((D,))
+    hidden = keras.layers.Dense(4, activation="tanh")(inputs)
+    inner = keras.Model(inputs, {"a": keras.layers.Dense(1, name="a")(hidden),
+                                 "b": keras.layers.Dense(1, name="b")(hidden)})
+    outputs = inner(x)
+    expected = {"a_loss": float(BCE(y, outputs["a"])), "b_loss": float(BCE(y, outputs["b"]))}
+    model = armijo.LineSearchModel(
+        inner, armijo.StochasticArmijo(reset="initial", initial_step_size=100.0))
+    model.compile(loss={"a": BCE, "b": BCE}, run_eagerly=run_eagerly)
+    values = fit_logged(model, x, {"a": y, "b": y}, str(tmp_path), batch_size=128, epochs=1)
+    assert values[metadata.LINE_SEARCH_BACKTRACKS_TAG][0] >= 3
+    history = model.history.history
+    for name, value in expected.items():
+        assert history[name][0] == pytest.approx(value, rel=1e-6), name
+    assert history["loss"][0] == pytest.approx(sum(expected.values()), rel=1e-6)
 
 
 def test_line_search_model_arguments():

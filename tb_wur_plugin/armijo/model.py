@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tb_wur_plugin.armijo import summaries as _summaries
 from tb_wur_plugin.armijo.search import StochasticArmijo, _tf_variable
+from tb_wur_plugin.line_search_log import StepLog
 
 
 class LineSearchModel(keras.Model):
@@ -22,7 +23,10 @@ class LineSearchModel(keras.Model):
     generator state), and BatchNormalization normalizes with the batch statistics as in
     the gradient pass. The non-trainable state the gradient pass produces (moving
     statistics, advanced seeds) is assigned once, after the search: exactly what a plain SGD
-    step's gradient pass would leave. `model` and its layers are not changed.
+    step's gradient pass would leave; the seed state thus advances once per step. Computing
+    a trial's loss updates no metric (the metrics, e.g. a multi-output model's per-output
+    losses, are restored to what the gradient pass left). `model` and its layers are not
+    changed.
 
     Compile it with `loss=`, `metrics=` (and the other `compile` arguments) but no
     optimizer: `model.optimizer` is then an internal SGD that applies no update; its
@@ -57,6 +61,8 @@ class LineSearchModel(keras.Model):
         self.model = model
         self._search = search
         self._steps_from_fit = search.n_batches_per_epoch is None
+        # The last steps' results, which WeightUpdateRatioCallback writes (line_search_log).
+        self._step_log = StepLog()
 
     @property
     def search(self) -> StochasticArmijo:
@@ -149,11 +155,25 @@ class LineSearchModel(keras.Model):
                 for t in targets:
                     tape.watch(t)
                 loss, y_pred, state_after = forward()
-            gradient_pass.update(loss=loss, y_pred=y_pred, state_after=state_after)
+            # The metrics as the gradient pass leaves them (computing a loss updates some:
+            # the per-output losses of a multi-output model), restored after the trials.
+            metric_variables = [_tf_variable(v) for m in self.metrics for v in m.variables]
+            gradient_pass.update(
+                loss=loss,
+                y_pred=y_pred,
+                state_after=state_after,
+                metric_variables=metric_variables,
+                metric_values=[tf.identity(v) for v in metric_variables],
+            )
             return loss, tape.gradient(loss, targets)
 
         def trial_loss():
-            return self._compute_loss(x=x, y=y, y_pred=model(x, training=True), sample_weight=sample_weight, training=True)
+            # A stateless pass from the state before the step, as the gradient pass: the
+            # same seed state (so the same dropout masks), batch statistics; the state it
+            # returns is dropped. (A plain `model(x, training=True)` here would advance each
+            # dropout layer's seed variable once per trial: trial k would draw the masks of
+            # seed state + k, and the search would compare losses of different functions.)
+            return forward()[0]
 
         iterations = _tf_variable(self.optimizer.iterations)
         step = tf.identity(iterations)
@@ -163,7 +183,13 @@ class LineSearchModel(keras.Model):
             for v, value in zip(state_variables, gradient_pass["state_after"]):
                 _tf_variable(v).assign(value, read_value=False)
             iterations.assign_add(1, read_value=False)
+            # Trials update no metric.
+            for v, value in zip(
+                gradient_pass["metric_variables"], gradient_pass["metric_values"]
+            ):
+                v.assign(value, read_value=False)
         _summaries.log_step(result, step)
+        self._step_log.record(step, result)
         loss = gradient_pass["loss"]
         y_pred = gradient_pass["y_pred"]
         self._loss_tracker.update_state(
