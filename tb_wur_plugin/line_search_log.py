@@ -1,0 +1,100 @@
+"""`StepLog`: the `StepResult`s of a `LineSearchModel`'s last steps, kept on the device for
+`WeightUpdateRatioCallback`, which reads them back in bulk and writes them under the
+line-search tags (`metadata.LINE_SEARCH_TAGS`).
+
+Each searched step writes one row, in its traced train function (no host round trip):
+row `step % capacity` = [step, step_size, backtracks, loss, new_loss] (float64; the step is
+exact below 2^53). The callback reads the rows of the steps made since its last read before
+they can be overwritten (at logged steps, epoch and training ends, and at the latest every
+`capacity` steps), so a `fit` writes every step's result once, whatever writer was the
+default when the train function was traced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
+
+CAPACITY = 1024
+
+_DESCRIPTIONS = {
+    metadata.LINE_SEARCH_STEP_SIZE: "Armijo line search: the step size applied",
+    metadata.LINE_SEARCH_BACKTRACKS: "Armijo line search: the rejected trials",
+    metadata.LINE_SEARCH_LOSS: "Armijo line search: the batch loss before the step",
+    metadata.LINE_SEARCH_NEW_LOSS: "Armijo line search: the batch loss at the accepted trial",
+}
+_METADATAS = [
+    metadata.create_summary_metadata(
+        metadata.KIND_LINE_SEARCH, _DESCRIPTIONS[series], series=series
+    )
+    for series in metadata.LINE_SEARCH_SERIES
+]
+
+
+class StepLog:
+    """A ring of the last `capacity` steps' results, in a float64 `tf.Variable`."""
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = int(CAPACITY if capacity is None else capacity)
+        # Column 0 holds the step of the row (-1: none yet), so that a row is never taken
+        # for another step's.
+        self.rows = tf.Variable(
+            tf.fill([self.capacity, 5], tf.constant(-1.0, tf.float64)),
+            trainable=False,
+            name="armijo_step_log",
+        )
+
+    def record(self, step: Any, result: Any) -> Any:
+        """In the train function: keep `result` (a `StepResult`) as the row of `step` (the
+        number of updates before it)."""
+        step = tf.cast(step, tf.int64)
+        row = tf.stack([
+            tf.cast(step, tf.float64),
+            tf.cast(result.step_size, tf.float64),
+            tf.cast(result.backtracks, tf.float64),
+            tf.cast(result.loss, tf.float64),
+            tf.cast(result.new_loss, tf.float64),
+        ])
+        index = tf.math.floormod(step, self.capacity)
+        return self.rows.scatter_nd_update(index[tf.newaxis, tf.newaxis], row[tf.newaxis])
+
+    def read(self, first: int, end: int) -> tuple[np.ndarray, int]:
+        """The rows of steps first, ..., end - 1 that are held (in step order), and how many
+        of these steps are not (overwritten, or never made by the search)."""
+        if end <= first:
+            return np.zeros([0, 5]), 0
+        rows = self.rows.numpy()
+        steps = np.arange(max(first, end - self.capacity), end)
+        held = rows[steps % self.capacity]
+        held = held[held[:, 0] == steps]
+        return held, (end - first) - len(held)
+
+
+def write_rows(rows: np.ndarray, writer: tf.Tensor) -> None:
+    """Write each row of `rows` (as `StepLog.read` gives them) as one event of the four
+    line-search series at its step, to the writer resource `writer`."""
+    if len(rows):
+        _write_rows(tf.constant(rows, tf.float64), writer)
+
+
+@tf.function(reduce_retracing=True)
+def _write_rows(rows: tf.Tensor, writer: tf.Tensor) -> tf.Tensor:
+    # The writer is an argument, not captured: one trace serves every writer.
+    for i in tf.range(tf.shape(rows)[0]):
+        row = rows[i]
+        values = tf.stack([
+            to_stored_scalar(row[1]),
+            tf.cast(row[2], tf.float32),
+            to_stored_scalar(row[3]),
+            to_stored_scalar(row[4]),
+        ])
+        write_scalars(
+            list(metadata.LINE_SEARCH_TAGS), values, tf.cast(row[0], tf.int64), _METADATAS,
+            writer,
+        )
+    return tf.constant(True)
