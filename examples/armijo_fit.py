@@ -3,11 +3,9 @@ logging its weight-update ratios (WeightUpdateRatioCallback) and the line search
 sizes and backtracks into one TensorBoard run."""
 
 import argparse
-import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 from sklearn.datasets import load_digits
 
 from tb_wur_plugin import armijo
@@ -35,15 +33,14 @@ def main() -> None:
     trainer.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
     )
-    # The line-search series are written by every searched step while a default writer
-    # records (at the step's number of updates before it); here into the callback's run.
-    writer = tf.summary.create_file_writer(os.path.join(args.logdir, "train"))
-    with writer.as_default():
-        history = trainer.fit(
-            x, y.astype("int32"), batch_size=32, epochs=args.epochs, verbose=2,
-            callbacks=[WeightUpdateRatioCallback(args.logdir, update_freq=10)],
-        )
-    writer.close()
+    # The callback writes the ratios every 10 steps and, for a LineSearchModel, the line
+    # search's step size, backtracks and losses of every step (at the number of updates
+    # before it) into the same run, logs/armijo_fit/train. (No writer around fit: the
+    # searched steps would then write these series a second time.)
+    history = trainer.fit(
+        x, y.astype("int32"), batch_size=32, epochs=args.epochs, verbose=2,
+        callbacks=[WeightUpdateRatioCallback(args.logdir, update_freq=10)],
+    )
     print(f"final loss {history.history['loss'][-1]:.4f}, accuracy "
           f"{history.history['accuracy'][-1]:.4f}, stored step size "
           f"{float(np.asarray(trainer.search.step_size)):.4g}")

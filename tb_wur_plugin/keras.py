@@ -1,4 +1,9 @@
-"""`WeightUpdateRatioCallback`: weight-update ratios from `model.fit`, with no change to the model."""
+"""`WeightUpdateRatioCallback`: weight-update ratios from `model.fit`, with no change to the model.
+
+The callback works on Keras's TensorFlow, JAX and PyTorch backends. This module imports no
+TensorFlow: the TensorFlow backend's writing is in `_keras_tf`, the others' (through the
+TensorFlow-free `writer.SummaryWriter`) in `_keras_arrays`, imported at `fit`'s start.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
-
-from tb_wur_plugin import summary
-from tb_wur_plugin.recording import default_writer_until_exit
-from tb_wur_plugin.watch import record
-from tb_wur_plugin.watched import snapshot, watched_variables, writes_summaries
 
 
 class WeightUpdateRatioCallback(keras.callbacks.Callback):
@@ -80,7 +79,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self.flush_millis = None if flush_millis is None else _positive_int(
             flush_millis, "flush_millis", "(milliseconds) or None"
         )
-        self._writer = None
+        self._logger = None
+        self._logged_model = None
         self._reset()
 
     def _reset(self) -> None:
@@ -92,11 +92,14 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         # `_next_logged` the next step to log.
         self._step_bound, self._next_logged = 0, float("inf")
         self._warned_no_weights = False
+        # A `LineSearchModel`'s step log: the first step whose line-search row is not
+        # written yet, and the bound on `_step_bound` before which its rows must be read.
+        self._line_search_from, self._line_search_due = 0, float("inf")
+        self._warned_line_search = False
 
     def on_train_begin(self, logs=None):
-        if self._writer is not None:  # left open by an interrupted fit
-            self._writer.close()
-            self._writer = None
+        if self._logger is not None:  # left open by an interrupted fit
+            self._finish_interrupted()
         self._reset()
         steps_per_execution = getattr(self.model, "steps_per_execution", 1)
         if steps_per_execution != 1:
@@ -106,49 +109,84 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "so the change made by a single step cannot be observed. Use "
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
-        if not writes_summaries(
-            watched_variables(self.model.trainable_variables),
-            getattr(self.model, "distribute_strategy", None),
-        ):
-            # A worker of a multi-worker strategy other than the chief, which logs every
-            # step: this one creates no file and reads nothing.
-            self._writer = tf.summary.create_noop_writer()
-            return
-        self._writer = tf.summary.create_file_writer(
-            os.path.join(self.log_dir, "train"), flush_millis=self.flush_millis
+        backend = _backend()
+        self._read = backend.read_step
+        self._logger = backend.Logger(
+            self.model, self.log_dir, self.flush_millis, self.histograms
         )
+        self._logged_model = self.model
+        if not self._logger.active:
+            return
         self._step_bound = self._read_step()
         self._next_logged = -(-self._step_bound // self.update_freq) * self.update_freq
+        if self._logger.step_log is not None:
+            self._line_search_from = self._step_bound
+            self._line_search_due = self._step_bound + self._logger.step_log.capacity
 
     def on_train_batch_begin(self, batch, logs=None):
         # The previous batch's update is applied by now, and this one's not yet.
         self._record_pending()
-        if self._step_bound < self._next_logged:
+        if self._step_bound < min(self._next_logged, self._line_search_due):
             self._step_bound += 1
             return
         step = self._read_step()
         self._step_bound = step + 1
+        if self._logger.step_log is not None:
+            self._write_line_search(step)
         if step < self._next_logged or step % self.update_freq:
             return
-        watched = watched_variables(self.model.trainable_variables)
+        watched = self._logger.watched(self.model)
         if not watched:
             self._next_logged = step + self.update_freq
             self._warn_no_weights(step)
             return
-        self._pending = (step, watched, snapshot(watched), _loss_scale(self.model.optimizer))
+        self._pending = (
+            step, watched, self._logger.snapshot(watched), _loss_scale(self.model.optimizer)
+        )
         rate = _learning_rate(self.model.optimizer)
         if rate is not None:
-            with self._writing():
-                summary.learning_rate(rate, step=step)
+            self._logger.learning_rate(rate, step)
 
     def on_epoch_end(self, epoch, logs=None):
         self._record_pending(at_batch_begin=False)
-        self._writer.flush()
+        if self._logger.step_log is not None:
+            self._write_line_search(self._read_step())
+        self._logger.flush()
 
     def on_train_end(self, logs=None):
         self._record_pending(at_batch_begin=False)
-        self._writer.close()
-        self._writer = None
+        if self._logger.step_log is not None:
+            self._write_line_search(self._read_step())
+        self._logger.close()
+        self._logger = None
+
+    def _finish_interrupted(self) -> None:
+        """Close the writer of a `fit` that ended by an exception, after writing the
+        line-search rows of the steps it made (bounded by `_step_bound`, so that steps made
+        after it outside `fit` are not taken for its own)."""
+        try:
+            if self._logger.step_log is not None and self._logged_model is self.model:
+                self._write_line_search(min(self._read_step(), self._step_bound))
+        finally:
+            self._logger.close()
+            self._logger = None
+
+    def _write_line_search(self, end: int) -> None:
+        """Write the line-search rows of the steps from `_line_search_from` to `end`."""
+        if end <= self._line_search_from:
+            return
+        missing = self._logger.line_search(self._line_search_from, end)
+        if missing and not self._warned_line_search:
+            self._warned_line_search = True
+            warnings.warn(
+                f"WeightUpdateRatioCallback: the line-search results of {missing} of the "
+                f"steps {self._line_search_from} to {end - 1} were no longer held (more than "
+                f"{self._logger.step_log.capacity} steps since they were read) and are not "
+                "written",
+                stacklevel=3,
+            )
+        self._line_search_from = end
+        self._line_search_due = end + self._logger.step_log.capacity
 
     def _record_pending(self, at_batch_begin: bool = True) -> None:
         """Write the ratios of the pending logged step, whose batch has run.
@@ -163,21 +201,14 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return
         step, watched, before, scale = self._pending
         self._pending = None
-        optimizer = self.model.optimizer
+        optimizer = self.model.optimizer  # on JAX, `self.model` syncs the variables
         if not at_batch_begin and self._read_step() == step and _loss_scale(optimizer) == scale:
             return
-        with self._writing():
-            record(watched, before, step, self.histograms)
+        self._logger.record(watched, before, step)
         self._next_logged = step + self.update_freq
 
-    def _writing(self):
-        """The writer as the default one; flushed on leaving unless `flush_millis` is set."""
-        if self.flush_millis is None:
-            return self._writer.as_default()
-        return default_writer_until_exit(self._writer)
-
     def _read_step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
+        return self._read(self.model)
 
     def _warn_no_weights(self, step: int) -> None:
         if self._warned_no_weights:
@@ -189,6 +220,18 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             "step gets its weights then: call it on a batch before fit to log step 0.",
             stacklevel=3,
         )
+
+
+def _backend() -> Any:
+    """The module that writes for Keras's backend: `_keras_tf` (TensorFlow) or
+    `_keras_arrays` (JAX, PyTorch; no TensorFlow)."""
+    if keras.backend.backend() == "tensorflow":
+        from tb_wur_plugin import _keras_tf
+
+        return _keras_tf
+    from tb_wur_plugin import _keras_arrays
+
+    return _keras_arrays
 
 
 def _positive_int(value: Any, name: str, unit: str) -> int:
@@ -205,13 +248,20 @@ def _loss_scale(optimizer: Any) -> float | None:
     """The current scale of a built `LossScaleOptimizer`; None for other optimizers."""
     if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or not optimizer.built:
         return None
-    return float(np.asarray(optimizer.dynamic_scale))
+    return _to_float(optimizer.dynamic_scale)
 
 
 def _learning_rate(optimizer: Any) -> float | None:
     """The learning rate the optimizer applies at its next step, if it is a number."""
     try:
-        rate = float(np.asarray(optimizer.learning_rate))
-    except (TypeError, ValueError, AttributeError):
+        rate = _to_float(optimizer.learning_rate)
+    except (TypeError, ValueError, AttributeError, RuntimeError):
         return None
     return rate
+
+
+def _to_float(value: Any) -> float:
+    """A scalar (a number, a Keras variable, a tensor of any backend) as a Python float."""
+    if keras.backend.backend() == "tensorflow":
+        return float(np.asarray(value))
+    return float(keras.ops.convert_to_numpy(value))

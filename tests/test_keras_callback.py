@@ -1,5 +1,6 @@
 import os
 import threading
+import warnings
 
 import keras
 import numpy as np
@@ -387,3 +388,132 @@ def test_a_batch_that_makes_no_update_before_its_epoch_ends_is_logged_when_it_ru
     expected = {(v.path, 1): reference_ratio(old, v.numpy())
                 for v, old in zip(model.trainable_variables, before)}
     assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
+
+
+# --- a LineSearchModel: the line search's series of every step ----------------------------
+
+
+def _line_search_setup(seed=0, samples=48):
+    """A LineSearchModel on a small logistic problem, and an identical model and search
+    (same weights) for a custom loop of `minimize` calls on the same batches."""
+    from tb_wur_plugin import armijo
+
+    def net():
+        keras.utils.set_random_seed(seed)
+        return keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"),
+                                 keras.layers.Dense(1)])
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, 5)).astype("float32")
+    y = (x[:, :1] + 0.5 * rng.normal(size=(samples, 1)) > 0).astype("float32")
+    bce = keras.losses.BinaryCrossentropy(from_logits=True)
+    kwargs = dict(n_batches_per_epoch=6, initial_step_size=8.0, c=0.3)
+    inner = net()
+    trainer = armijo.LineSearchModel(inner, armijo.StochasticArmijo(**kwargs))
+    trainer.compile(loss=bce)
+    twin = net()
+    twin.set_weights(inner.get_weights())
+    search = armijo.StochasticArmijo(**kwargs)
+
+    @tf.function
+    def step(xb, yb):
+        return search.minimize(lambda: bce(yb, twin(xb, training=True)),
+                               twin.trainable_variables)
+
+    def loop(batches):
+        results = [step(tf.constant(xb), tf.constant(yb)) for xb, yb in batches]
+        return [{
+            metadata.LINE_SEARCH_STEP_SIZE_TAG: np.float32(r.step_size.numpy()),
+            metadata.LINE_SEARCH_BACKTRACKS_TAG: np.float32(r.backtracks.numpy()),
+            metadata.LINE_SEARCH_LOSS_TAG: np.float32(r.loss.numpy()),
+            metadata.LINE_SEARCH_NEW_LOSS_TAG: np.float32(r.new_loss.numpy()),
+        } for r in results]
+
+    return trainer, x, y, loop
+
+
+def _line_search_series(logdir):
+    """{tag: [(step, value)]} of the line-search series, in file order."""
+    events = read_events(os.path.join(logdir, "train"))
+    series = {tag: [(step, np.float32(v)) for step, v, content in events.get(tag, [])]
+              for tag in metadata.LINE_SEARCH_TAGS}
+    for tag, points in series.items():
+        assert all(c["kind"] == metadata.KIND_LINE_SEARCH and metadata.line_search_tag(
+            c["series"]) == tag for _, _, c in events.get(tag, []))
+    return series
+
+
+def _assert_line_search(series, expected):
+    """Every step of `expected` ({step: {tag: value}}) once, in step order, with its values
+    (the losses to float32 rounding, the rest exactly)."""
+    for tag in metadata.LINE_SEARCH_TAGS:
+        steps = [step for step, _ in series[tag]]
+        assert sorted(steps) == sorted(expected), (tag, steps)
+        got = dict(series[tag])
+        want = {step: values[tag] for step, values in expected.items()}
+        if tag in (metadata.LINE_SEARCH_LOSS_TAG, metadata.LINE_SEARCH_NEW_LOSS_TAG):
+            np.testing.assert_allclose([got[s] for s in sorted(want)],
+                                       [want[s] for s in sorted(want)], rtol=2e-6)
+        else:
+            assert got == want, tag
+
+
+def _batches(x, y, size=8):
+    return [(x[i:i + size], y[i:i + size]) for i in range(0, len(x), size)]
+
+
+def test_line_search_series_of_every_step_across_two_fits(logdir):
+    trainer, x, y, loop = _line_search_setup()
+    callback = WeightUpdateRatioCallback(logdir, update_freq=4)
+    reference = BatchBeginReference(4)
+    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False,
+                callbacks=[reference, callback])
+    second = BatchBeginReference(4)
+    trainer.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False,
+                callbacks=[second, callback])
+    assert int(trainer.optimizer.iterations.numpy()) == 18
+    expected = dict(enumerate(loop(_batches(x, y) * 3)))
+    assert sum(v[metadata.LINE_SEARCH_BACKTRACKS_TAG] for v in expected.values()) > 0
+    _assert_line_search(_line_search_series(logdir), expected)
+    # the ratios of the logged steps beside them, in the same run
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 4, 8, 12, 16}
+    assert_ratios_close(logged, {**reference.expected, **second.expected}, rtol=5e-7)
+
+
+def test_line_search_of_an_interrupted_fit_is_written_at_the_next_fit(logdir):
+    trainer, x, y, loop = _line_search_setup()
+    callback = WeightUpdateRatioCallback(logdir, update_freq=3)
+    with pytest.raises(KeyboardInterrupt):  # after step 4's update, not a logged step
+        trainer.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False,
+                    callbacks=[callback, InterruptAfter(4)])
+    trainer.train_on_batch(x[:8], y[:8])  # step 5, outside fit: not written
+    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False,
+                callbacks=[callback])  # steps 6 to 11
+    batches = _batches(x, y)
+    results = loop(batches[:5] + batches[:1] + batches)
+    expected = {step: results[step] for step in range(12) if step != 5}
+    _assert_line_search(_line_search_series(logdir), expected)
+
+
+def test_line_search_rows_are_read_before_the_step_log_wraps(logdir, monkeypatch):
+    """Steps beyond the step log's capacity between logged steps are read in time."""
+    from tb_wur_plugin import line_search_log
+
+    monkeypatch.setattr(line_search_log, "CAPACITY", 4)
+    trainer, x, y, loop = _line_search_setup()  # its step log holds 4 steps
+    assert trainer._step_log.capacity == 4
+    callback = WeightUpdateRatioCallback(logdir, update_freq=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing lost
+        trainer.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False,
+                    callbacks=[callback])
+    _assert_line_search(_line_search_series(logdir), dict(enumerate(loop(_batches(x, y) * 2))))
+
+
+def test_a_model_without_line_search_writes_no_line_search_series(logdir):
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer="sgd", loss="mse")
+    _fit(model, x, y, logdir, every=2, epochs=1)
+    events = read_events(os.path.join(logdir, "train"))
+    assert events and not set(events) & set(metadata.LINE_SEARCH_TAGS)

@@ -1,0 +1,204 @@
+"""The JAX and PyTorch backends of `WeightUpdateRatioCallback`: device-side snapshots and
+norms, written with the TensorFlow-free `tb_wur_plugin.writer.SummaryWriter`. Imports no
+TensorFlow module."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any, NamedTuple
+
+import keras
+import numpy as np
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.writer import (
+    Counts,
+    SummaryWriter,
+    histogram_description,
+    ratio_description,
+    ratios_from_norms,
+)
+
+
+class Watched(NamedTuple):
+    """A variable whose ratio is logged, and its tag."""
+
+    tag: str
+    variable: Any
+
+
+class Logger:
+    """Writes the callback's logged steps into `log_dir/train` with a `SummaryWriter`."""
+
+    active = True
+    step_log = None  # the line search is TensorFlow's
+
+    def __init__(self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool):
+        self._backend = keras.backend.backend()
+        if self._backend not in ("jax", "torch"):
+            raise NotImplementedError(
+                f"WeightUpdateRatioCallback supports Keras's tensorflow, jax and torch "
+                f"backends, not {self._backend!r}"
+            )
+        self._histograms = histograms
+        self._flush_seconds = None if flush_millis is None else flush_millis / 1000
+        self._last_flush = time.monotonic()
+        self._writer = SummaryWriter(os.path.join(log_dir, "train"))
+
+    @staticmethod
+    def watched(model: Any) -> list[Watched]:
+        """The trainable floating-point variables, each with a unique tag (its path; a path
+        taken by an earlier variable gets the first free suffix '_1', '_2', ...)."""
+        kept, seen = [], set()
+        for v in model.trainable_variables:
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if not getattr(v, "trainable", True) or not keras.backend.is_float_dtype(v.dtype):
+                continue
+            kept.append((_path(v), v))
+        paths = {path for path, _ in kept}
+        taken, watched = set(), []
+        for path, v in kept:
+            if metadata.is_reserved_tag(path):
+                raise ValueError(
+                    f"variable path {path!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, "
+                    "which is reserved for the plugin's own series; rename the layer or variable"
+                )
+            tag, suffix = path, 0
+            while tag in taken or (suffix and tag in paths):
+                suffix += 1
+                tag = f"{path}_{suffix}"
+            taken.add(tag)
+            watched.append(Watched(tag, v))
+        return watched
+
+    def snapshot(self, watched: list[Watched]) -> list[Any]:
+        """Copies of the variables' values on their device (the JAX trainer donates the
+        arrays it trains with; PyTorch's optimizers update in place)."""
+        if self._backend == "jax":
+            return _jax_copies([w.variable.value for w in watched])
+        return [w.variable.value.detach().clone() for w in watched]
+
+    def learning_rate(self, rate: float, step: int) -> None:
+        self._writer.add_learning_rate(rate, step)
+        self._flushed()
+
+    def record(self, watched: list[Watched], before: list[Any], step: int) -> None:
+        after = [w.variable.value for w in watched]
+        if self._backend == "jax":
+            ratios, counts = _jax_ratios(before, after, self._histograms)
+        else:
+            ratios, counts = _torch_ratios(before, after, self._histograms)
+        about = [(w.tag, tuple(w.variable.shape), str(w.variable.dtype)) for w in watched]
+        self._writer.add_ratios(
+            {w.tag: float(r) for w, r in zip(watched, ratios)},
+            step,
+            descriptions={tag: ratio_description(tag, shape, dtype) for tag, shape, dtype in about},
+        )
+        if counts is not None:
+            self._writer.add_histograms(
+                {w.tag: Counts(c) for w, c in zip(watched, counts)},
+                step,
+                descriptions={
+                    tag: histogram_description(tag, shape, dtype) for tag, shape, dtype in about
+                },
+            )
+        self._flushed()
+
+    def flush(self) -> None:
+        self._writer.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def _flushed(self) -> None:
+        """Local logdirs get every event at once; URLs at each logged step, or with
+        `flush_millis` when that long has passed since the last flush."""
+        if self._flush_seconds is None or time.monotonic() - self._last_flush >= self._flush_seconds:
+            self.flush()
+
+
+def read_step(model: Any) -> int:
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def _path(v: Any) -> str:
+    path = getattr(v, "path", None)
+    if isinstance(path, str) and path:
+        return path
+    return v.name
+
+
+# --- JAX -------------------------------------------------------------------------------------
+
+
+def _jax_copies(values: list[Any]) -> list[Any]:
+    import jax.numpy as jnp
+
+    return [jnp.array(v, copy=True) for v in values]
+
+
+def _jax_ratios(before: list[Any], after: list[Any], histograms: bool):
+    """float64 ratios and int counts[n, NUM_BUCKETS] (or None), from `tb_wur_plugin.jax`'s
+    device-side scaled norms and bucketing of Δw = after − before."""
+    import jax
+
+    from tb_wur_plugin import jax as wur_jax
+
+    updates = _jax_differences(before, after)
+    ratios = wur_jax._ratios(before, updates)
+    counts = None
+    if histograms:
+        counts = np.asarray(jax.device_get(wur_jax._histogram_counts(before, updates)))
+    return ratios, counts
+
+
+_jitted_differences = None
+
+
+def _jax_differences(before: list[Any], after: list[Any]) -> list[Any]:
+    global _jitted_differences
+    if _jitted_differences is None:
+        import jax
+
+        _jitted_differences = jax.jit(lambda b, a: [y - x for x, y in zip(b, a)])
+    return _jitted_differences(before, after)
+
+
+# --- PyTorch ---------------------------------------------------------------------------------
+
+
+def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
+    """float64 ratios (norms in float64 on the device, one transfer) and int64 counts."""
+    import torch
+
+    deltas = [(a.detach() - b) for b, a in zip(before, after)]
+    norms = torch.stack([
+        torch.linalg.vector_norm(t, dtype=torch.float64) for t in [*before, *deltas]
+    ]).cpu().numpy()
+    n = len(before)
+    for i, t in enumerate([*before, *deltas]):
+        if math.isinf(norms[i]):  # overflowed in float64, or the tensor is not finite
+            norms[i] = _torch_scaled_norm(t)
+    counts = None
+    if histograms:
+        from tb_wur_plugin import torch as wur_torch
+
+        counts = torch.stack([
+            wur_torch._elementwise_counts(b, a.detach()) for b, a in zip(before, after)
+        ]).cpu().numpy()
+    return ratios_from_norms(norms[n:], norms[:n]), counts
+
+
+def _torch_scaled_norm(t: Any) -> float:
+    """‖t‖₂ scaled by max|t| (+inf or NaN where t is not finite)."""
+    import torch
+
+    top = torch.linalg.vector_norm(t, math.inf).item() if t.numel() else 0.0
+    if top == 0 or not math.isfinite(top):
+        return top
+    return top * torch.linalg.vector_norm(t.to(torch.float64) / top).item()
