@@ -20,7 +20,6 @@ import argparse
 import concurrent.futures
 import hashlib
 import importlib.util
-import json
 import os
 import sys
 import threading
@@ -89,21 +88,10 @@ def main() -> None:
         open(os.path.join(logdir, "done"), "w").close()
         print(f"wrote {args.layers} x {args.steps} ratios in {time.perf_counter() - started:.0f} s")
 
-    last_tag = f"model/block_{(args.layers - 1) // 2}/{'kernel' if (args.layers - 1) % 2 == 0 else 'bias'}"
     path = f"/data/plugin/wur/heatmap?run=big_run&columns={args.columns}"
     load_fast = args.load_fast == "true"
     with TensorBoardServer(logdir, load_fast) as server:
-        # loaded when the last record is: wait on one series, leaving the heatmap cache cold
-        started = time.perf_counter()
-        while True:
-            status, _, body = server.get(f"/data/plugin/wur/series?run=big_run&tag={last_tag}")
-            if status == 200 and len(json.loads(body)["steps"]) == args.steps:
-                break
-            if time.perf_counter() - started > 1800:
-                raise RuntimeError(f"not loaded:\n{server.output()}")
-            time.sleep(0.5)
-        print(f"loaded after {time.perf_counter() - started:.1f} s")
-
+        backend_benchmark.wait_until_loaded(server, args.layers, args.steps)
         cold, cold_bodies, cold_wall = burst(server, path, args.clients, 1)
         single, single_bodies, single_wall = burst(server, path, 1, args.requests)
         warm, warm_bodies, warm_wall = burst(server, path, args.clients, args.requests)
