@@ -316,12 +316,15 @@ def _copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Copies of `tensors` in the work dtype: one fused op for those already in it."""
     same = [i for i, t in enumerate(tensors) if t.dtype in _WORK_DTYPES]
     copies: list[Any] = [None] * len(tensors)
+    if any(tensors[i].device.type == "cpu" for i in same):  # one clone each is faster there
+        same = []
     if same:
         for i, copy in zip(same, torch._foreach_mul([tensors[i] for i in same], 1.0)):
             copies[i] = copy
     for i, tensor in enumerate(tensors):
         if copies[i] is None:
-            copies[i] = _work(tensor).clone() if tensor.is_complex() else _work(tensor)
+            work = _work(tensor)  # a new tensor where converted, else a view or itself
+            copies[i] = work.clone() if work is tensor or tensor.is_complex() else work
     return copies
 
 
@@ -392,28 +395,29 @@ def _elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tens
     for start in range(0, old.numel(), HISTOGRAM_CHUNK_ELEMENTS):
         w = old[start:start + HISTOGRAM_CHUNK_ELEMENTS]
         delta = new[start:start + HISTOGRAM_CHUNK_ELEMENTS] - w
-        ratios = torch.where(delta == 0, torch.zeros_like(delta), delta / w).abs_()
+        ratios = torch.where(delta == 0, 0.0, delta.div_(w).abs_())
         total += _bucket_counts(ratios)
     return total
 
 
 def _bucket_counts(values: torch.Tensor) -> torch.Tensor:
     """int64[NUM_BUCKETS]: `values` (float32 or float64) compared with the protocol's edges
-    in their own precision: bucket of edges[k] <= x < edges[k + 1] is FIRST_BIN + k."""
+    in their own precision: the bucket of edges[k] <= x < edges[k + 1] is FIRST_BIN + k.
+
+    One `bucketize` on [smallest positive, edges..., +inf] puts 0 in ZERO_BUCKET, positive
+    values below the first edge (subnormals too) in UNDERFLOW_BUCKET, ..., +inf in
+    INF_BUCKET; then NaN and negative values go to NAN_BUCKET."""
     key = (values.dtype, values.device)
-    edges = _EDGES.get(key)
-    if edges is None:
-        edges = _EDGES[key] = torch.tensor(
-            metadata.HISTOGRAM_EDGES, dtype=values.dtype, device=values.device
-        )
-    ids = torch.bucketize(values, edges, right=True) + metadata.UNDERFLOW_BUCKET
-    positive = (values > 0) & (values < math.inf)
-    special = torch.where(
-        values == 0,
-        metadata.ZERO_BUCKET,
-        torch.where(values == math.inf, metadata.INF_BUCKET, metadata.NAN_BUCKET),
-    )
-    ids = torch.where(positive, ids, special)
+    boundaries = _EDGES.get(key)
+    if boundaries is None:
+        edges = torch.tensor(metadata.HISTOGRAM_EDGES, dtype=values.dtype)
+        zero = torch.zeros(1, dtype=values.dtype)
+        smallest = torch.nextafter(zero, torch.ones(1, dtype=values.dtype))
+        inf = torch.full((1,), math.inf, dtype=values.dtype)
+        boundaries = _EDGES[key] = torch.cat([smallest, edges, inf]).to(values.device)
+    values = values.reshape(-1)
+    ids = torch.bucketize(values, boundaries, right=True)
+    ids = torch.where(values >= 0, ids, metadata.NAN_BUCKET)
     return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
 
 

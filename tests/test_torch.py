@@ -307,6 +307,11 @@ def test_device_bucketing_is_numpy_bucketing(dtype):
     ]).astype(dtype)
     got = wur_torch._bucket_counts(torch.from_numpy(values)).numpy()
     np.testing.assert_array_equal(got, numpy_bucketing.bucket_counts(values))
+    if dtype == np.float32:  # any bits: NaN payloads, negative subnormals, ...
+        bits = np.random.default_rng(1).integers(0, 2**32, 100_000, np.uint64)
+        values = bits.astype(np.uint32).view(np.float32)
+        got = wur_torch._bucket_counts(torch.from_numpy(values)).numpy()
+        np.testing.assert_array_equal(got, numpy_bucketing.bucket_counts(values))
 
 
 def test_histograms_of_one_step(tmp_path):
@@ -402,3 +407,23 @@ def test_bad_arguments(tmp_path):
     reserved.add_module("_wur", torch.nn.Linear(1, 1))
     with pytest.raises(ValueError, match="reserved"):
         wur_torch.watch(torch.optim.SGD(reserved.parameters(), lr=1), reserved, str(tmp_path))
+
+
+def test_a_fused_optimizer_skipping_under_grad_scaler_is_marked(tmp_path):
+    from helpers import read_events
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    scaler = torch.amp.GradScaler("cpu")
+    with wur_torch.watch(optimizer, model, str(tmp_path), every=1) as handle:
+        for step in range(3):
+            scaler.scale(model(torch.ones(2, 3)).sum()).backward()
+            if step == 1:
+                model.weight.grad[0, 0] = math.inf
+            scaler.step(optimizer)  # always steps a fused optimizer, which skips itself
+            scaler.update()
+            optimizer.zero_grad()
+    assert handle.steps == 3
+    events = read_events(str(tmp_path))
+    assert [float(v) for _, v, _ in events[metadata.SKIPPED_STEP_TAG]] == [0.0, 1.0, 0.0]
+    assert [float(v) == 0 for _, v, _ in events["weight"]] == [False, True, False]

@@ -383,3 +383,20 @@ def test_negative_and_large_steps(tmp_path):
         writer.add_ratios({"w": 0.5}, -3)
         writer.add_ratios({"w": 0.5}, 2**40)
     assert [s for s, _, _ in read_events(str(tmp_path))["w"]] == [-3, 2**40]
+
+
+def test_where_tensorflow_is_installed_a_local_write_loads_none(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+        from tb_wur_plugin.writer import SummaryWriter
+        with SummaryWriter(sys.argv[1]) as writer:
+            writer.add_ratios({"w": 0.5}, 0)
+            writer.add_histograms({"w": [0.5]}, 0)
+        print([m for m in sys.modules if m.split(".")[0] == "tensorflow"])
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
