@@ -20,6 +20,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
         "demo": ["scikit-learn>=1.0"],
+        "torch": ["torch==2.13.0"],  # tb_wur_plugin.torch
+        "jax": ["jax", "optax"],  # tb_wur_plugin.jax
     },
     entry_points={
         "tensorboard_plugins": ["wur = tb_wur_plugin.plugin:WURLoader"],
