@@ -41,10 +41,12 @@ def both_loaders(logdir: str, steps: dict[str, int]) -> Iterator[dict[str, Tenso
                 "/data/plugin/wur/runs",
             )
         yield servers
-    finally:
-        for server in servers.values():
-            if server.url:
-                server.__exit__()
+    finally:  # both stopped at once too (each waits for its process group to exit)
+        stops = [threading.Thread(target=s.__exit__) for s in servers.values() if s.url]
+        for thread in stops:
+            thread.start()
+        for thread in stops:
+            thread.join()
 
 
 def export(server: TensorBoardServer, run: str) -> dict[str, dict[int, float]]:
