@@ -18,6 +18,9 @@ export interface RunInfo {
   skipped_steps?: number;
   /** those steps, ascending */
   skipped_at?: number[];
+  /** the run holds the stochastic Armijo line search's series (/line_search answers); absent
+   * (an older backend): false */
+  has_line_search?: boolean;
   layers: LayerInfo[];
 }
 /** The tags the plugin writes besides the ratios (from /runs: the frontend names none itself). */
@@ -40,6 +43,9 @@ export interface FlagInfo {
 }
 export interface Flags { run: string; low: number; high: number; layers: FlagInfo[] }
 export interface Series { run: string; tag: string; kind: string; description: string; steps: number[]; wall_times: number[]; values: (number | string)[] }
+/** /line_search: the line search's step size and backtracks per searched step, steps
+ * ascending. */
+export interface LineSearch { steps: number[]; step_size: number[]; backtracks: number[] }
 export interface Histograms {
   run: string; tag: string; edges: number[];
   buckets: { zero: number; underflow: number; first_bin: number; overflow: number; inf: number; nan: number };
@@ -95,5 +101,6 @@ export const api = {
   flags: (run: string, low: number, high: number, signal?: AbortSignal) => getJson<Flags>(`./flags?${query({ run, low, high })}`, signal),
   series: (run: string, tag: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag })}`, signal),
   histograms: (run: string, tag: string, signal?: AbortSignal) => getJson<Histograms>(`./histograms?${query({ run, tag })}`, signal),
+  lineSearch: (run: string, signal?: AbortSignal) => getJson<LineSearch>(`./line_search?${query({ run })}`, signal),
   exportUrl: (run: string, format: "csv" | "json") => `./export?${query({ run, format })}`,
 };

@@ -1,7 +1,7 @@
 // The WUR tab: wires the state (state.ts), the loads (api.ts) and the views (toolbar, sidebar,
-// legend, heatmap blocks, layer detail). Setters mark what is stale; commit() redraws it, once
+// legend, heatmap blocks with their line-search strips, layer detail). Setters mark what is stale; commit() redraws it, once
 // per frame.
-import { api } from "./api";
+import { api, HttpError } from "./api";
 import { ColorTables } from "./color";
 import { DetailCache, DetailView, fetchDetailData } from "./detail";
 import { el, runColorOf, Tooltip } from "./dom";
@@ -9,6 +9,7 @@ import { exportPng, exportView } from "./export";
 import { groupName } from "./group";
 import { HeatmapBlock } from "./heatmap_block";
 import { Legend } from "./legend";
+import { LineSearchCache } from "./line_search";
 import { HostChannel } from "./protocol";
 import { rankFlags, Sidebar } from "./sidebar";
 import { Part, RowRef, Scheduler, Store, Zoom } from "./state";
@@ -32,6 +33,7 @@ export class App {
   private readonly legend = new Legend();
   private readonly detail = new DetailView({ showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(), close: () => this.closeDetail() });
   private readonly cache = new DetailCache((run, tag) => fetchDetailData(run, tag, this.store.runInfo(run), this.store.s.reservedTags));
+  private readonly lineSearchCache = new LineSearchCache((run) => api.lineSearch(run));
   private readonly colors = new ColorTables();
   private readonly blocks = new Map<string, HeatmapBlock>();
   private emptyLogdir = false;
@@ -40,6 +42,7 @@ export class App {
   private heatmapController: AbortController | null = null;
   private flagsController: AbortController | null = null;
   private detailGeneration = 0;
+  private reloadGeneration = 0;
   private lastWidth = 0;
   private resizeTimer = 0;
   private scrollToHighlight = false;
@@ -81,12 +84,14 @@ export class App {
   }
 
   /** Refetches everything, keeping run selection, zoom, filter, band and the open layer; the
-   * cached layer details are dropped (the only place they are). */
+   * cached layer details and line searches are dropped (the only place they are). */
   async reload(): Promise<void> {
     this.busy(1);
     try {
       const answer = await api.runs();
       this.cache.clear();
+      this.lineSearchCache.clear();
+      this.reloadGeneration++;
       this.errorBox.hidden = true;
       this.emptyLogdir = !answer.runs.length;
       this.store.setRuns(answer.runs, answer.reserved_tags ?? null);
@@ -95,7 +100,7 @@ export class App {
         this.store.setFlags([]);
         return;
       }
-      await Promise.all([this.loadHeatmap(), this.loadFlags(), this.loadDetail(false)]);
+      await Promise.all([this.loadHeatmap(), this.loadFlags(), this.loadDetail(false), this.loadLineSearch()]);
     } catch (e) {
       this.showError(e);
     } finally {
@@ -158,6 +163,26 @@ export class App {
     }
   }
 
+  /** The line search of each shown run whose /runs entry says it has one: from the cache,
+   * else fetched into it (one /line_search a run per reload; none for the other runs). */
+  private async loadLineSearch(): Promise<void> {
+    const generation = this.reloadGeneration;
+    await Promise.all(this.store.lineSearchRuns().map(async (run) => {
+      const cached = this.lineSearchCache.has(run);
+      if (!cached) this.busy(1);
+      try {
+        const data = await this.lineSearchCache.get(run);
+        if (generation === this.reloadGeneration) this.store.setLineSearch(run, data);
+      } catch (e) {
+        if (generation !== this.reloadGeneration) return;
+        this.store.setLineSearch(run, null);
+        if (!(e instanceof HttpError && e.status === 404)) this.showError(e); // 404: none (any more)
+      } finally {
+        if (!cached) this.busy(-1);
+      }
+    }));
+  }
+
   /** Shows the selected layer's detail: from the cache, else fetched into it. */
   private async loadDetail(scroll: boolean): Promise<void> {
     const ref = this.store.s.selected;
@@ -218,6 +243,7 @@ export class App {
     for (const run of runs) this.store.setRunShown(run, shown);
     void this.loadHeatmap();
     void this.loadFlags();
+    void this.loadLineSearch();
   }
 
   openDetail(ref: RowRef, scroll: boolean): void {
@@ -263,6 +289,7 @@ export class App {
     const s = this.store.s;
     if (dirty.has("runs")) this.sidebar.renderRuns(s.runs, s.deselected, (r) => this.color(r));
     if (dirty.has("heatmaps")) this.commitHeatmaps();
+    else if (dirty.has("lineSearch")) this.commitLineSearch();
     if (dirty.has("heatmaps") || dirty.has("selection")) this.commitSelection();
     if (dirty.has("legend")) this.commitLegend();
     if (dirty.has("zoom")) this.toolbar.showZoom(s.heatmap, !!s.zoom);
@@ -290,12 +317,19 @@ export class App {
       b.update({
         h, runIndex, info: this.store.runInfo(run.run), filter: s.layerFilter, grouped: s.grouped, collapsed: s.collapsed,
         targetLog10: Math.log10(s.band.target), table, width, color: this.color(run.run), colors,
+        lineSearch: s.lineSearch.get(run.run) ?? null,
       });
       return b.section;
     });
     const children = this.heatmaps.children;
     if (children.length !== sections.length || sections.some((x, i) => children[i] !== x)) this.heatmaps.replaceChildren(...sections);
     performance.measure("wur-draw", { start: t0 }); // read by benchmarks/frontend_bench.mjs
+  }
+
+  /** Only the line-search strips changed (a /line_search came in): the blocks' cells stay. */
+  private commitLineSearch(): void {
+    const colors = themeColors(this.root);
+    for (const [run, b] of this.blocks) b.updateLineSearch(this.store.s.lineSearch.get(run) ?? null, colors);
   }
 
   /** What the heatmap area says without a heatmap. */
@@ -339,6 +373,7 @@ export class App {
     this.detail.draw({
       zoom: s.zoom, band: s.band, colors: themeColors(this.root), width: Math.max(240, this.content.clientWidth - 32 - 26),
       skippedAt: new Set(this.store.runInfo(ref.run)?.skipped_at ?? []),
+      lineSearch: s.lineSearch.get(ref.run) ?? null,
     });
   }
 }

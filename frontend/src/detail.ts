@@ -1,12 +1,14 @@
-// The layer detail: the open layer's ratio over steps, the run's learning rate and the layer's
-// histogram density, drawn by charts.ts. Its data (what /series and /histograms answered for the
+// The layer detail: the open layer's ratio over steps, the run's learning rate, the run's
+// line-search step size (when it has one: the app's per-run /line_search cache, passed in at
+// each draw) and the layer's histogram density, drawn by charts.ts. Its data (what /series and /histograms answered for the
 // layer) is cached per (run, tag), so a change of band, theme or zoom redraws it without
 // fetching; only a reload clears the cache. The DOM (canvases, readouts) is built once.
-import { api, HttpError, Histograms, LayerInfo, ReservedTags, RunInfo, Series } from "./api";
+import { api, HttpError, Histograms, LayerInfo, LineSearch, ReservedTags, RunInfo, Series } from "./api";
 import { bucketOf, drawDensity, drawLogLine, log10AtY, nearestIndex, rangeIndices, stepAtX } from "./charts";
 import type { Band } from "./color";
 import { el } from "./dom";
 import { formatRatio, formatShortRatio, formatStep } from "./format";
+import { lineSearchAt } from "./line_search";
 import type { RowRef, Zoom } from "./state";
 import type { ChartColors } from "./theme";
 
@@ -76,11 +78,18 @@ export interface DetailHost {
   close(): void;
 }
 
-export interface DetailDraw { zoom: Zoom | null; band: Band; colors: ChartColors; width: number; skippedAt: ReadonlySet<number> }
+export interface DetailDraw {
+  zoom: Zoom | null; band: Band; colors: ChartColors; width: number; skippedAt: ReadonlySet<number>;
+  /** the run's line search (from the app's cache: no fetch here), or null */
+  lineSearch: LineSearch | null;
+}
 
 const RATIO_H = 180, LR_H = 110, HIST_H = 160;
 
-interface Drawn { x0: number; x1: number; width: number; steps: number[]; values: number[]; hist: { from: number; steps: number[]; lo: number; hi: number } | null; skippedAt: ReadonlySet<number> }
+interface Drawn {
+  x0: number; x1: number; width: number; steps: number[]; values: number[]; hist: { from: number; steps: number[]; lo: number; hi: number } | null;
+  skippedAt: ReadonlySet<number>; lineSearch: LineSearch | null; lineSearchSteps: number[];
+}
 
 export class DetailView {
   readonly element = el("section", { class: "wur-detail", "data-testid": "wur-detail", hidden: true, "aria-label": "Layer detail" });
@@ -93,10 +102,12 @@ export class DetailView {
   private readonly ratio = el("canvas", { "data-testid": "wur-detail-ratio", role: "img" });
   private readonly lrTitle = el("div", { class: "wur-chart-title", text: "Learning rate (log scale)" });
   private readonly lr = el("canvas", { "data-testid": "wur-detail-lr", role: "img", "aria-label": "Learning rate over steps" });
+  private readonly stepSizeTitle = el("div", { class: "wur-chart-title", "data-testid": "wur-detail-step-size-title", text: "Step size (line search), log scale" });
+  private readonly stepSize = el("canvas", { "data-testid": "wur-detail-step-size", role: "img", "aria-label": "Step size of the line search over steps" });
   private readonly histTitle = el("div", { class: "wur-chart-title", text: "Distribution of the elementwise ratios |Δw_i|/|w_i| (each step's column scaled to its largest bucket)" });
   private readonly hist = el("canvas", { "data-testid": "wur-detail-histogram", role: "img", "aria-label": "Distribution of the elementwise ratios over steps" });
   private readonly noHist = el("div", { class: "wur-meta", text: "No histograms were logged for this layer (histograms=True in the callback or watch logs them)." });
-  private readonly charts = el("div", { hidden: true }, this.ratioTitle, this.ratio, this.lrTitle, this.lr, this.histTitle, this.hist, this.noHist);
+  private readonly charts = el("div", { hidden: true }, this.ratioTitle, this.ratio, this.lrTitle, this.lr, this.stepSizeTitle, this.stepSize, this.histTitle, this.hist, this.noHist);
   private ref: RowRef | null = null;
   private layer: LayerInfo | undefined;
   private data: DetailData | null = null;
@@ -111,7 +122,8 @@ export class DetailView {
     );
     this.ratio.addEventListener("mousemove", (e) => this.ratioReadout(e));
     this.hist.addEventListener("mousemove", (e) => this.histReadout(e));
-    for (const c of [this.ratio, this.hist]) c.addEventListener("mouseleave", () => host.hideTooltip());
+    this.stepSize.addEventListener("mousemove", (e) => this.stepSizeReadout(e));
+    for (const c of [this.ratio, this.hist, this.stepSize]) c.addEventListener("mouseleave", () => host.hideTooltip());
   }
 
   get open(): RowRef | null {
@@ -186,6 +198,15 @@ export class DetailView {
       const [i, j] = rangeIndices(lr.steps, x0, x1);
       drawLogLine(this.lr, { steps: lr.steps.slice(i, j), values: lr.values.slice(i, j) }, x0, x1, v.width, LR_H, v.colors);
     }
+    const ls = v.lineSearch && v.lineSearch.steps.length ? v.lineSearch : null;
+    this.stepSizeTitle.hidden = this.stepSize.hidden = !ls;
+    let lineSearchSteps: number[] = [];
+    if (ls) {
+      const [i, j] = rangeIndices(ls.steps, x0, x1);
+      lineSearchSteps = ls.steps.slice(i, j);
+      drawLogLine(this.stepSize, { steps: lineSearchSteps, values: ls.step_size.slice(i, j).map(Number) }, x0, x1, v.width, LR_H, v.colors);
+      this.stepSizeTitle.textContent = `Step size (line search), log scale; ${lineSearchSteps.length} searched steps`;
+    }
     const h = d.histograms && d.histograms.steps.length ? d.histograms : null;
     this.histTitle.hidden = this.hist.hidden = !h;
     this.noHist.hidden = !!h || !this.layer || this.layer.has_histograms;
@@ -196,7 +217,7 @@ export class DetailView {
       const axis = drawDensity(this.hist, { steps: hSteps, edges: h.edges, firstBin: h.buckets.first_bin, counts: h.counts.slice(i, j) }, x0, x1, v.width, HIST_H, v.colors);
       hist = axis ? { from: i, steps: hSteps, ...axis } : null;
     }
-    this.drawn = { x0, x1, width: v.width, steps, values, hist, skippedAt: v.skippedAt };
+    this.drawn = { x0, x1, width: v.width, steps, values, hist, skippedAt: v.skippedAt, lineSearch: ls, lineSearchSteps };
     this.status.hidden = true;
     this.charts.hidden = false;
     this.element.style.minHeight = "";
@@ -219,8 +240,20 @@ export class DetailView {
     const lines = [this.ref.tag, `step ${formatStep(step)}`, `ratio ${formatRatio(value)}`];
     if (value > 0 && Number.isFinite(value)) lines.push(`log10 ${Math.log10(value).toFixed(2)}`);
     if (rate !== null) lines.push(`learning rate ${formatRatio(rate)}`);
+    const searched = lineSearchAt(d.lineSearch, step);
+    if (searched) lines.push(`step size (line search) ${formatRatio(searched.stepSize)}, ${formatStep(searched.backtracks)} backtracks`);
     if (d.skippedAt.has(step)) lines.push("skipped step: the optimizer applied no update (ratios 0)");
     this.host.showLines(lines, e.clientX, e.clientY);
+  }
+
+  private stepSizeReadout(e: MouseEvent): void {
+    const d = this.drawn;
+    if (!d?.lineSearch || !this.ref) return;
+    const rect = this.stepSize.getBoundingClientRect();
+    const j = nearestIndex(d.lineSearchSteps, stepAtX(e.clientX - rect.left, d.x0, d.x1, d.width));
+    if (j < 0) return;
+    const step = d.lineSearchSteps[j], at = lineSearchAt(d.lineSearch, step)!;
+    this.host.showLines([`line search  ·  run ${this.ref.run}`, `step ${formatStep(step)}`, `step size (line search) ${formatRatio(at.stepSize)}`, `backtracks ${formatStep(at.backtracks)}`], e.clientX, e.clientY);
   }
 
   private histReadout(e: MouseEvent): void {

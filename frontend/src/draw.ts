@@ -1,8 +1,10 @@
 // Canvas drawing of a heatmap: one pixel per cell in an offscreen image, scaled up to the
 // canvas' device pixels with nearest-neighbour sampling (crisp at any devicePixelRatio); the
-// skipped-step marks; the step axis; the PNG export's image.
+// skipped-step marks; the line-search strip; the step axis; the PNG export's image.
+import { scaleLog } from "d3-scale";
 import { columnRange, Heatmap } from "./codec";
 import { formatStepShort, stepTicks } from "./format";
+import { LineSearchView, meanBacktracks } from "./line_search";
 import type { ChartColors } from "./theme";
 
 /** Fills `out` (C x R packed RGBA) with the colors of rows `rows` of `codes` ([L][C]);
@@ -101,6 +103,77 @@ export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], 
     const a = Math.floor(x0 * dpr), b = Math.ceil(x1 * dpr);
     ctx.fillRect(a, 0, Math.max(1, b - a), h);
   }
+}
+
+/** The line-search strip: step sizes on a log scale (top), backtracks as bars (bottom row). */
+export const LINE_SEARCH_STEP_H = 34, LINE_SEARCH_GAP = 3, LINE_SEARCH_BACKTRACKS_H = 8;
+export const LINE_SEARCH_H = LINE_SEARCH_STEP_H + LINE_SEARCH_GAP + LINE_SEARCH_BACKTRACKS_H;
+
+/** The log domain of the strip's step sizes: their extent widened to whole decades
+ * (d3-scale's nice()), a decade around a single value; null when none is positive. */
+export function lineSearchDomain(lo: number, hi: number): [number, number] | null {
+  if (!(lo > 0) || !(hi > 0) || !Number.isFinite(lo) || !Number.isFinite(hi)) return null;
+  const s = scaleLog().domain(lo === hi ? [lo / Math.SQRT2, hi * Math.SQRT2] : [lo, hi]).nice();
+  const [a, b] = s.domain();
+  return [a, b];
+}
+
+/** Draws the line-search strip of `view` over `columns` heatmap columns `cssWidth` CSS px
+ * wide, at the device's resolution: each column's step size at the column's centre (the
+ * heatmap's columns, so a step sits over its own column) on a log scale (d3-scale scaleLog),
+ * joined by a line; a step size of 0 as a tick at the bottom; below, each column's
+ * backtracks (the mean per step for a bin) as a bar, its height √(backtracks / the largest). */
+export function drawLineSearch(canvas: HTMLCanvasElement, view: LineSearchView, columns: number, cssWidth: number, c: ChartColors): [number, number] | null {
+  const dpr = window.devicePixelRatio || 1, cssHeight = LINE_SEARCH_H;
+  const w = Math.max(1, Math.round(cssWidth * dpr)), h = Math.max(1, Math.round(cssHeight * dpr));
+  if (canvas.width !== w) canvas.width = w;
+  if (canvas.height !== h) canvas.height = h;
+  canvas.style.width = `${cssWidth}px`;
+  canvas.style.height = `${cssHeight}px`;
+  const ctx = canvas.getContext("2d");
+  if (!ctx) return null;
+  ctx.setTransform(1, 0, 0, 1, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const cw = columns ? cssWidth / columns : cssWidth, xOf = (k: number) => (k + 0.5) * cw;
+  // frame of the step-size part and the baseline of the backtracks
+  ctx.fillStyle = c.grid;
+  ctx.fillRect(0, 0, cssWidth, 1 / dpr);
+  ctx.fillRect(0, LINE_SEARCH_STEP_H - 1 / dpr, cssWidth, 1 / dpr);
+  ctx.fillStyle = c.border;
+  ctx.fillRect(0, cssHeight - 1 / dpr, cssWidth, 1 / dpr);
+  const domain = lineSearchDomain(view.lo, view.hi);
+  if (domain) {
+    const y = scaleLog().domain(domain).range([LINE_SEARCH_STEP_H - 3, 3]);
+    ctx.strokeStyle = c.line;
+    ctx.lineWidth = 1.25;
+    ctx.beginPath();
+    let pen = false;
+    for (const col of view.columns) {
+      if (!(col.stepSize > 0)) { pen = false; continue; }
+      const px = xOf(col.k), py = y(col.stepSize);
+      if (pen) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+      pen = true;
+    }
+    ctx.stroke();
+    if (view.columns.length * 4 <= cssWidth) {
+      ctx.fillStyle = c.line;
+      for (const col of view.columns) if (col.stepSize > 0) ctx.fillRect(xOf(col.k) - 1.5, y(col.stepSize) - 1.5, 3, 3);
+    }
+  }
+  ctx.fillStyle = c.error;
+  for (const col of view.columns) if (col.stepSize === 0) ctx.fillRect(xOf(col.k) - 1, LINE_SEARCH_STEP_H - 6, 2, 5);
+  if (view.maxBacktracks > 0) {
+    ctx.fillStyle = c.muted;
+    const bw = Math.max(1, Math.min(cw - 1, 6)), top = LINE_SEARCH_STEP_H + LINE_SEARCH_GAP;
+    for (const col of view.columns) {
+      const b = meanBacktracks(col);
+      if (!(b > 0)) continue;
+      const bh = Math.max(1, Math.sqrt(b / view.maxBacktracks) * LINE_SEARCH_BACKTRACKS_H); // √: a few stay visible beside many
+      ctx.fillRect(xOf(col.k) - bw / 2, top + LINE_SEARCH_BACKTRACKS_H - bh, bw, bh);
+    }
+  }
+  return domain;
 }
 
 /** x (CSS px, 0..width) of a step through the heatmap's columns (they may be irregular). */

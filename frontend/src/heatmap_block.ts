@@ -1,18 +1,21 @@
-// One run's heatmap block: head (name, counts, exports), the skipped-step marks, row labels,
+// One run's heatmap block: head (name, counts, exports), the line-search strip (runs trained
+// with tb_wur_plugin.armijo), the skipped-step marks, row labels,
 // the canvas with its overlays (drag selection, keyboard cursor, flagged-row highlight) and the
 // step axis. The DOM and its listeners are built once per run; update() changes it in place.
-import { api, RunInfo } from "./api";
+import { api, LineSearch, RunInfo } from "./api";
 import { columnRange, Heatmap } from "./codec";
-import { axisTicks, cellAt, drawHeatmap, drawMarks, markAt, markSpans } from "./draw";
+import { axisTicks, cellAt, drawHeatmap, drawLineSearch, drawMarks, LINE_SEARCH_H, markAt, markSpans } from "./draw";
 import { el, safeFileName, sameKeys, setAttrs } from "./dom";
-import { formatStep, skippedLines, tooltipLines } from "./format";
+import { formatPow10, formatShortRatio, formatStep, skippedLines, tooltipLines } from "./format";
 import { blockRows, RowSpec } from "./group";
 import { SKIPPED_MEANING } from "./legend";
+import { lineSearchColumns, lineSearchLines, LineSearchView } from "./line_search";
 import type { RowRef, Zoom } from "./state";
 import type { ChartColors } from "./theme";
 
 const MARKS_HEIGHT = 7; // the strip of skipped-step marks above a heatmap, CSS px
 export const MARK_MIN_WIDTH = 3;
+const LINE_SEARCH_HOVER_WIDTH = 7; // the pointer finds a strip point this close, CSS px
 
 export interface BlockHost {
   showLines(lines: string[], x: number, y: number): void;
@@ -37,6 +40,8 @@ export interface BlockView {
   width: number;
   color: string;
   colors: ChartColors;
+  /** the run's /line_search, when it has one */
+  lineSearch: LineSearch | null;
 }
 
 export class HeatmapBlock {
@@ -54,6 +59,13 @@ export class HeatmapBlock {
   private readonly meta = el("span", { class: "wur-meta" });
   private readonly marksTitle = el("div", { class: "wur-marks-title", text: "skipped", title: SKIPPED_MEANING });
   private readonly marks: HTMLCanvasElement;
+  private readonly lineSearchTitle = el("div", { class: "wur-ls-title", title: "The stochastic Armijo line search of this run (tb_wur_plugin.armijo): the step size of each searched step on a log scale, its backtracks (rejected trials) as bars below" });
+  private readonly lineSearchHigh = el("span", { class: "wur-ls-high" });
+  private readonly lineSearchLow = el("span", { class: "wur-ls-low" });
+  private readonly lineSearchBacktracks = el("span", { class: "wur-ls-bt" });
+  private readonly lineSearch: HTMLCanvasElement;
+  private lineSearchView: LineSearchView | null = null;
+  private lineSearchKey: unknown[] = [];
   private readonly labels = el("div", { class: "wur-labels" });
   private readonly selection = el("div", { class: "wur-overlay wur-selection", hidden: true });
   private readonly cursor = el("div", { class: "wur-overlay", hidden: true });
@@ -72,6 +84,8 @@ export class HeatmapBlock {
   constructor(readonly run: string, private readonly host: BlockHost) {
     this.canvas = el("canvas", { "data-testid": "wur-heatmap", "data-run": run, tabindex: 0, role: "img" });
     this.marks = el("canvas", { class: "wur-marks", "data-testid": "wur-skipped-marks", "data-run": run, role: "img" });
+    this.lineSearch = el("canvas", { class: "wur-ls", "data-testid": "wur-line-search", "data-run": run, role: "img" });
+    this.lineSearchTitle.append(this.lineSearchHigh, el("span", { class: "wur-ls-name", text: "step size" }), this.lineSearchLow, this.lineSearchBacktracks);
     this.cursor.style.outline = "2px solid var(--focus)";
     this.plot = el("div", { class: "wur-plot" }, this.canvas, this.selection, this.cursor);
     this.grid = el("div", { class: "wur-grid" }, this.labels, this.plot, el("div", { class: "wur-axis-title", text: "step" }), this.axis);
@@ -131,18 +145,51 @@ export class HeatmapBlock {
     }
     // marks for every run that has skipped steps (also when the zoomed range holds none, so
     // the heatmap does not jump)
-    if ((v.info?.skipped_steps ?? 0) > 0 || skippedColumns.length) {
-      if (!this.marks.isConnected) this.grid.prepend(this.marksTitle, this.marks);
+    const withMarks = (v.info?.skipped_steps ?? 0) > 0 || skippedColumns.length > 0;
+    if (withMarks) {
       this.marks.setAttribute("aria-label", `Skipped steps of ${run.run}: ${skippedColumns.length} of the ${h.columns} columns hold a step the optimizer skipped`);
       drawMarks(this.marks, markSpans(run.skipped, h.columns, v.width, MARK_MIN_WIDTH), v.width, MARKS_HEIGHT, v.colors.skip, v.colors.border);
-    } else {
-      this.marksTitle.remove();
-      this.marks.remove();
     }
+    this.updateLineSearch(v.lineSearch, v.colors, withMarks);
     this.updateAxis(h, v.width);
     this.grid.hidden = !n;
     this.noRows.hidden = !!n;
     this.canvas.hidden = !n; // kept (0 rows) for tests and tools
+  }
+
+  /** The line-search strip over the heatmap's columns: built once, redrawn when its data,
+   * the heatmap (columns), the width or the theme changed; removed without data. */
+  updateLineSearch(data: LineSearch | null, colors: ChartColors, withMarks = this.marks.isConnected): void {
+    const h = this.h;
+    const view = data && h ? this.lineSearchView : null;
+    const key = data && h ? [data, h, this.width, colors.line, colors.muted, colors.grid, colors.border, colors.error] : [];
+    if (!data || !h) {
+      this.lineSearchView = null;
+    } else if (!sameKeys(key, this.lineSearchKey) || !view) {
+      const v = (this.lineSearchView = lineSearchColumns(h, data));
+      const domain = drawLineSearch(this.lineSearch, v, h.columns, this.width, colors);
+      setAttrs(this.lineSearch, {
+        "data-points": v.points, "data-columns": v.columns.length,
+        "aria-label": `Line search of ${this.run}: step size (log scale) and backtracks of ${v.points} searched steps in ${v.columns.length} of the ${h.columns} columns`,
+      });
+      this.lineSearchHigh.textContent = domain ? decadeLabel(domain[1]) : "";
+      this.lineSearchLow.textContent = domain ? decadeLabel(domain[0]) : "";
+      this.lineSearchBacktracks.textContent = `backtracks ≤ ${Number(v.maxBacktracks.toPrecision(3))}`;
+    }
+    this.lineSearchKey = key;
+    // the optional rows above the heatmap, in order: line search, skipped-step marks
+    const want: Element[] = [];
+    if (this.lineSearchView) want.push(this.lineSearchTitle, this.lineSearch);
+    if (withMarks) want.push(this.marksTitle, this.marks);
+    const head = Array.from(this.grid.children).slice(0, Array.prototype.indexOf.call(this.grid.children, this.labels));
+    if (!sameKeys(head, want)) {
+      for (const x of [this.lineSearchTitle, this.lineSearch, this.marksTitle, this.marks]) if (!want.includes(x)) x.remove();
+      this.grid.prepend(...want);
+    }
+  }
+
+  get hasLineSearch(): boolean {
+    return this.lineSearch.isConnected;
   }
 
   get hasMarks(): boolean {
@@ -262,6 +309,15 @@ export class HeatmapBlock {
       else this.host.hideTooltip();
     });
     this.marks.addEventListener("mouseleave", () => this.host.hideTooltip());
+    this.lineSearch.addEventListener("mousemove", (e) => {
+      const v = this.lineSearchView;
+      if (!v || !this.h) return;
+      const rect = this.lineSearch.getBoundingClientRect();
+      const k = markAt(v.counts, this.h.columns, rect.width, e.clientX - rect.left, LINE_SEARCH_HOVER_WIDTH);
+      if (k >= 0) this.host.showLines(lineSearchLines(this.run, v.columns[v.index[k]]), e.clientX, e.clientY);
+      else this.host.hideTooltip();
+    });
+    this.lineSearch.addEventListener("mouseleave", () => this.host.hideTooltip());
     window.addEventListener("mouseup", this.onWindowMouseUp);
   }
 
@@ -335,6 +391,12 @@ export class HeatmapBlock {
     if (spec.kind === "group") lines.push(`worst of the ${spec.members.length} variables of ${spec.name}`);
     this.host.showLines(lines, x, y);
   }
+}
+
+/** A power of ten as the axes write it (1e-3, 1, 10), another value in short form. */
+function decadeLabel(v: number): string {
+  const k = Math.round(Math.log10(v));
+  return Math.abs(10 ** k - v) <= 1e-9 * v ? formatPow10(k) : formatShortRatio(v);
 }
 
 /** A row label: a group header (click: collapse/expand) or a tag, cut at the start when too

@@ -1,7 +1,7 @@
 // The tab's state, its setters and the one-frame commit (uPlot's discipline): a setter changes
 // the state and marks what it made stale; one requestAnimationFrame later, ONE commit redraws
 // what is marked. No setter draws. Pure: no DOM here (the scheduler takes its frame function).
-import type { FlagInfo, ReservedTags, RunInfo } from "./api";
+import type { FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
 import type { Heatmap } from "./codec";
 import { Band, DEFAULT_BAND } from "./color";
 
@@ -13,6 +13,7 @@ export type Part =
   | "legend"    // the color scale and the special cells
   | "zoom"      // the zoom label and the reset button
   | "flags"     // the flags list and its note
+  | "lineSearch" // the line-search strips above the heatmaps (no canvas redraw of the cells)
   | "detail";   // the open layer's charts
 
 export interface Zoom { start: number; end: number }
@@ -65,6 +66,8 @@ export interface ViewState {
   highlight: RowRef | null;
   heatmap: Heatmap | null;
   flags: FlagRow[];
+  /** /line_search per run (runs whose /runs entry says has_line_search) */
+  lineSearch: Map<string, LineSearch>;
   dark: boolean;
 }
 
@@ -74,7 +77,7 @@ export class Store {
   readonly s: ViewState = {
     runs: [], reservedTags: null, deselected: new Set(), layerFilter: null, grouped: false,
     collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND },
-    selected: null, highlight: null, heatmap: null, flags: [], dark: false,
+    selected: null, highlight: null, heatmap: null, flags: [], lineSearch: new Map(), dark: false,
   };
 
   constructor(readonly scheduler: Scheduler) {}
@@ -86,7 +89,16 @@ export class Store {
   setRuns(runs: RunInfo[], reservedTags: ReservedTags | null): void {
     this.s.runs = runs;
     this.s.reservedTags = reservedTags;
+    const withLineSearch = new Set(runs.filter((r) => r.has_line_search === true).map((r) => r.run));
+    for (const run of [...this.s.lineSearch.keys()]) if (!withLineSearch.has(run)) this.s.lineSearch.delete(run);
     this.mark("runs", "heatmaps", "flags", "detail");
+  }
+
+  /** A run's line search (null: it has none); the same data again marks nothing. */
+  setLineSearch(run: string, data: LineSearch | null): void {
+    if ((this.s.lineSearch.get(run) ?? null) === data) return;
+    if (data) this.s.lineSearch.set(run, data); else this.s.lineSearch.delete(run);
+    this.mark("lineSearch", "detail");
   }
 
   setRunShown(run: string, shown: boolean): void {
@@ -158,6 +170,12 @@ export class Store {
   heatmapRuns(): string[] {
     const withRatios = new Set(this.s.runs.filter((r) => r.first_step !== null && r.layers.length).map((r) => r.run));
     return this.selectedRuns().filter((r) => withRatios.has(r));
+  }
+
+  /** Shown runs with ratios whose /runs entry says they hold line-search data (a missing
+   * has_line_search is false). */
+  lineSearchRuns(): string[] {
+    return this.heatmapRuns().filter((r) => this.runInfo(r)?.has_line_search === true);
   }
 
   runInfo(run: string): RunInfo | undefined {

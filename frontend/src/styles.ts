@@ -91,6 +91,13 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-marks { display: block; margin-bottom: 2px; cursor: help; }
 .wur-marks-title { color: var(--muted); font-size: 10px; line-height: 7px; text-align: right; padding-right: 6px; }
 .wur-skip-swatch { background: var(--skip); }
+.wur-ls { display: block; margin-bottom: 3px; cursor: crosshair; }
+.wur-ls-title { position: relative; height: 45px; margin-bottom: 3px; color: var(--muted); font-size: 10px; line-height: 10px; text-align: right; padding-right: 6px; cursor: help; }
+.wur-ls-title > span { position: absolute; right: 6px; white-space: nowrap; }
+.wur-ls-high { top: 0; }
+.wur-ls-name { top: 12px; font-weight: 500; }
+.wur-ls-low { top: 24px; }
+.wur-ls-bt { top: 36px; }
 .wur-plot canvas { display: block; cursor: crosshair; image-rendering: pixelated; }
 .wur-overlay { position: absolute; pointer-events: none; box-sizing: border-box; }
 .wur-selection { background: var(--selection); border-left: 1px solid var(--focus); border-right: 1px solid var(--focus); top: 0; bottom: 0; }
