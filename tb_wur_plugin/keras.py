@@ -18,43 +18,76 @@ import numpy as np
 class WeightUpdateRatioCallback(keras.callbacks.Callback):
     """Logs ‖Δw‖₂ / ‖w‖₂ of every trainable variable every `update_freq` optimizer steps.
 
+    Works unchanged on Keras's TensorFlow, JAX and PyTorch backends, histograms included.
+    On TensorFlow it writes with `tf.summary` (as `wur_summary.watch` does); on JAX and
+    PyTorch with `tb_wur_plugin.writer.SummaryWriter`, loading no TensorFlow module: the
+    snapshot is a copy of each variable on its device, the norms are computed there (JAX:
+    scaled by max|x| in the variables' precision; PyTorch: in float64) and the histograms
+    bucketed there, so that only the norms and counts come to the host. Tags are the
+    variables' paths (`variable.path`); the ratio values follow the contract (+inf for a
+    zero weight that moved, 0 when nothing moved, NaN when not finite).
+
     A step is the number of updates the optimizer has applied before it, so the logged steps
     are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs,
     reading `optimizer.iterations` only near logged steps: other steps cost an integer
     comparison. The weights are read at the beginning of a logged step's batch and again at
     the beginning of the next batch (or at the end of the epoch): the callback overrides no
     batch-end hook, so Keras keeps dispatching batch ends asynchronously where its backend
-    allows it. A logged step that the optimizer skips (a `LossScaleOptimizer` step with
-    non-finite gradients) is written as ratios 0 with the skipped-step marker set; the retry,
-    which has the same step number, is not logged. The learning rate is written at each
-    logged step when it can be read as a number. Variables are looked up at every logged
-    step, so variables created later are logged from the next logged step on; a model that
-    Keras builds during its first step has no weights to compare step 0 with (a warning says
-    so): call it on a batch before `fit` to log step 0. Under `MirroredStrategy` it logs
-    each step once; under `MultiWorkerMirroredStrategy` only the chief (worker 0) logs, and
-    the other workers create no file. Each `fit` starts afresh: a step left pending by an
-    interrupted `fit` is not logged.
+    allows it (JAX, PyTorch), and the ratios stay exact. A logged step that the optimizer
+    skips (a `LossScaleOptimizer` step with non-finite gradients) is written as ratios 0
+    with the skipped-step marker set; the retry, which has the same step number, is not
+    logged. The learning rate is written at each logged step when it can be read as a
+    number. Variables are looked up at every logged step, so variables created later are
+    logged from the next logged step on; a model that Keras builds during its first step
+    has no weights to compare step 0 with (a warning says so): call it on a batch before
+    `fit` to log step 0. Under `MirroredStrategy` it logs each step once; under
+    `MultiWorkerMirroredStrategy` only the chief (worker 0) logs, and the other workers
+    create no file (distribution on the other backends is untested). Each `fit` starts
+    afresh: a step left pending by an interrupted `fit` is not logged.
+
+    When the model is an `armijo.LineSearchModel` (TensorFlow backend), the callback also
+    writes, for every step of the `fit`, the line search's `step_size`, `backtracks`,
+    `loss` and `new_loss` under the line-search tags, as one event at the step's number of
+    updates before it. Each searched step keeps its `StepResult` in the model's step log on
+    the device (`line_search_log`); the callback reads the steps made since its last read
+    in one transfer at logged steps, at each epoch's end and at the end of training (and
+    at the latest every 1024 steps), so these series cost no host round trip per step and
+    hold each step once across `fit` calls. The steps of a `fit` interrupted by an
+    exception are written at the start of the next `fit` with this callback. Enter no
+    summary writer around such a `fit`: the searched steps would write the series there
+    too.
 
     Args:
-      log_dir: directory of the TensorBoard logs (a `str` or `os.PathLike`, any path
-        `tf.io.gfile` handles); like `keras.callbacks.TensorBoard`, the callback writes
-        into `log_dir/train`.
+      log_dir: directory of the TensorBoard logs (a `str` or `os.PathLike`; on TensorFlow
+        any path `tf.io.gfile` handles, elsewhere a local path or a URL TensorBoard's
+        `gfile` handles); like `keras.callbacks.TensorBoard`, the callback writes into
+        `log_dir/train`.
       update_freq: log every this many optimizer steps (an int >= 1).
       histograms: also write the histogram of each variable's elementwise ratios (a bool).
       flush_millis: None (default) writes each logged step to the event file at once, so
         that a killed job loses at most the step being written. An int >= 1 lets the writer
         buffer logged steps and flush when a step comes at least this many milliseconds
         after the last flush, at each epoch's end and at the end of training: fewer writes,
-        for filesystems where each flush is costly (object stores rewrite the file).
+        for filesystems where each flush is costly (object stores rewrite the file). On
+        JAX and PyTorch a local logdir gets every event at once whatever this says.
 
     Raises:
       TypeError: an argument has the wrong type.
       ValueError: `update_freq` or `flush_millis` is below 1; at the start of `fit`, a
-        model compiled with `steps_per_execution` other than 1.
+        model compiled with `steps_per_execution` other than 1, or a variable path in the
+        plugin's reserved namespace (`_wur/`).
+      NotImplementedError: at the start of `fit`, a Keras backend other than TensorFlow,
+        JAX and PyTorch, or (TensorFlow) a `ParameterServerStrategy`.
 
     Example:
       >>> callback = WeightUpdateRatioCallback("logs/run1", update_freq=100)
       >>> model.fit(x, y, epochs=10, callbacks=[callback])
+
+      With the line search, one run holds the ratios and every step's step size:
+
+      >>> trainer = armijo.LineSearchModel(model, armijo.StochasticArmijo())
+      >>> trainer.compile(loss="sparse_categorical_crossentropy")
+      >>> trainer.fit(x, y, callbacks=[WeightUpdateRatioCallback("logs/run1")])
     """
 
     def __init__(
