@@ -1,5 +1,5 @@
 # Sourced by the other scripts: creates or updates .venv with the project and its extras.
-# Idempotent: reinstalls only when setup.py changed since the last install.
+# Idempotent: reinstalls only when setup.py or this script changed since the last install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -8,12 +8,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 STAMP="$VENV/.tb-wur-installed"
-WANT="$(sha256sum "$ROOT/setup.py" | cut -d' ' -f1)"
+WANT="$(cat "$ROOT/setup.py" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   # (this machine's pip configuration warns about a missing local index: not shown)
   "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel \
     2> >(grep -v "^WARNING: Location" >&2)
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,demo]" \
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,demo,torch,jax]" \
     2> >(grep -v "^WARNING: Location" >&2)
   echo "$WANT" > "$STAMP"
 fi
