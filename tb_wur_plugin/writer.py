@@ -83,7 +83,7 @@ class SummaryWriter:
     of TensorFlow where it is installed, else TensorBoard's own): events are written there at
     `flush()` and `close()`.
 
-    Not thread-hostile: calls from several threads are serialized.
+    Thread-safe: calls from several threads are serialized by a lock.
 
     Args:
       logdir: the run's directory (a str or path-like).
