@@ -8,6 +8,7 @@ requests raise `tensorboard.errors` (400 or 404 with a one-line reason).
 from __future__ import annotations
 
 import importlib.resources
+import math
 from typing import Iterator
 
 import numpy as np
@@ -72,6 +73,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "/series": self._serve_series,
             "/histograms": self._serve_histograms,
             "/export": self._serve_export,
+            "/line_search": self._serve_line_search,
         }
         return {route: read_only(app) for route, app in routes.items()}
 
@@ -137,6 +139,12 @@ class WURPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
+    def _serve_line_search(self, request):
+        ctx, experiment = request_context(request)
+        body = self.line_search_impl(ctx, experiment, str_arg(request, "run"))
+        return http_util.Respond(request, body, "application/json")
+
+    @wrappers.Request.application
     def _serve_export(self, request):
         ctx, experiment = request_context(request)
         run = str_arg(request, "run")
@@ -195,6 +203,7 @@ class WURPlugin(base_plugin.TBPlugin):
                     "first_step": int(index.steps[0]) if len(index.steps) else None,
                     "last_step": int(index.steps[-1]) if len(index.steps) else None,
                     "has_learning_rate": metadata.LEARNING_RATE_TAG in series,
+                    "has_line_search": _has_line_search(run_data.line_search_series(series)),
                     "skipped_steps": len(index.skipped_at),
                     "skipped_at": index.skipped_at.tolist(),
                 }
@@ -313,6 +322,29 @@ class WURPlugin(base_plugin.TBPlugin):
             "counts": counts,
         }
 
+    def line_search_impl(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str
+    ) -> dict:
+        """The stochastic Armijo line search of `run`: step size and backtracks per searched
+        step, steps ascending (see _align_line_search)."""
+        names = run_data.line_search_series(
+            self._data.list_scalars(ctx, experiment, [run]).get(run, {})
+        )
+        if not _has_line_search(names):
+            raise errors.NotFoundError(f"no line-search data in run {shown(run)}")
+        wanted = [names.get(s) for s in _LINE_SEARCH_ROUTE_SERIES]
+        data = self._data.read_scalars(ctx, experiment, run, [t for t in wanted if t])
+        if not any(data.get(t) for t in wanted if t):  # listed, then gone
+            raise errors.NotFoundError(f"no line-search data in run {shown(run)}")
+        steps, (step_size, backtracks) = _align_line_search(
+            [run_data.by_step(data.get(t) or []) if t else [] for t in wanted]
+        )
+        return {
+            "steps": steps,
+            "step_size": step_size,
+            "backtracks": [int(b) if math.isfinite(b) and b == int(b) else b for b in backtracks],
+        }
+
     def export_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, export_format: str
     ) -> Iterator[str]:
@@ -342,6 +374,36 @@ class WURPlugin(base_plugin.TBPlugin):
             self._data.matrix(ctx, experiment, run, run_data.RunListing.of(scalars[run]))
             for run in runs
         ]
+
+
+# The line-search series /line_search answers, in the order of its arrays.
+_LINE_SEARCH_ROUTE_SERIES = (metadata.LINE_SEARCH_STEP_SIZE, metadata.LINE_SEARCH_BACKTRACKS)
+
+
+def _has_line_search(names: dict[str, str]) -> bool:
+    """Whether a run listing these line-search series (run_data.line_search_series) has data
+    for /line_search."""
+    return any(s in names for s in _LINE_SEARCH_ROUTE_SERIES)
+
+
+def _align_line_search(series: list[list]) -> tuple[list[int], list[list[float]]]:
+    """(steps, [values of each series]) of series of points sorted by step.
+
+    The series of a step are written as one event, so they normally hold the same steps in
+    the same order (a step written twice twice, in the order written, as /series gives it):
+    then they are zipped. Otherwise (one series sampled differently, or missing) each
+    distinct step appears once with the value written last at it, NaN where a series has
+    none.
+    """
+    step_lists = [[p.step for p in points] for points in series]
+    if all(steps == step_lists[0] for steps in step_lists):
+        return step_lists[0], [[float(p.value) for p in points] for points in series]
+    steps = sorted({s for steps in step_lists for s in steps})
+    columns = []
+    for points in series:
+        last = {p.step: float(p.value) for p in points}  # sorted stably: the last one wins
+        columns.append([last.get(s, math.nan) for s in steps])
+    return steps, columns
 
 
 class WURLoader(base_plugin.TBLoader):

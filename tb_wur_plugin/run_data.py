@@ -69,6 +69,17 @@ def of_kind(series_by_tag: dict[str, Series], series_kind: str) -> dict[str, Ser
     return {tag: s for tag, s in series_by_tag.items() if kind(s) == series_kind}
 
 
+def line_search_series(series_by_tag: dict[str, Series]) -> dict[str, str]:
+    """The line-search series of `series_by_tag`: {series name (one of
+    metadata.LINE_SEARCH_SERIES, from the plugin content): tag}."""
+    found = {}
+    for tag, series in series_by_tag.items():
+        content = _parse_content(series.plugin_content)
+        if content and content["kind"] == metadata.KIND_LINE_SEARCH:
+            found[content["series"]] = tag
+    return found
+
+
 def marker_of(series_by_tag: dict[str, Series]) -> Series | None:
     """The run's skipped-step marker series, or None."""
     series = series_by_tag.get(metadata.SKIPPED_STEP_TAG)
