@@ -419,7 +419,9 @@ def _check_step(step: Any) -> int:
     try:
         value = operator.index(step)
     except TypeError:
-        raise TypeError(f"step must be an integer, got {type(step).__name__}: {step!r:.80}") from None
+        raise TypeError(
+            f"step must be an integer, got {type(step).__name__}: {step!r:.80}"
+        ) from None
     if not -(1 << 63) <= value < (1 << 63):
         raise ValueError(f"step {value} does not fit in int64")
     return value
