@@ -16,6 +16,7 @@ setup(
         "tensorboard>=2.16",
         "werkzeug>=2.0",
         "numpy>=1.23",
+        "google-crc32c>=1.5",  # event-file checksums without TensorFlow
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
