@@ -35,3 +35,15 @@ def test_stacked_sums_benchmark_smoke():
     out = _run("stacked_sums.py")
     for line in ("project", "no sums", "float32 rows", "rows + cond", "rows + redo", "XLA float64"):
         assert line in out
+
+
+def test_torch_watch_benchmark_smoke():
+    out = _run("torch_watch.py")
+    for line in ("watch: logged step", "wandb-style histc", "naive .item() loop"):
+        assert line in out
+
+
+def test_tf1_benchmark_smoke():
+    out = _run("tf1.py")
+    for line in ("summary step", "hook: logged step", "hook: other step"):
+        assert line in out
