@@ -26,5 +26,6 @@ setup(
     },
     entry_points={
         "tensorboard_plugins": ["wur = tb_wur_plugin.plugin:WURLoader"],
+        "console_scripts": ["tb-wur = tb_wur_plugin.cli:console_main"],
     },
 )
