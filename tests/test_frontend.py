@@ -111,6 +111,7 @@ def _expected_runs():
     return [
         {"run": wur_data.RUN_A, "tags": wur_data.TAGS_A, "steps": wur_data.STEPS},
         {"run": wur_data.RUN_B, "tags": wur_data.TAGS_B, "steps": wur_data.STEPS},
+        {"run": wur_data.RUN_C, "tags": wur_data.TAGS_C, "steps": wur_data.STEPS},
     ]
 
 
@@ -119,20 +120,29 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
     label = "fast" if load_fast else "python"
     with TensorBoardServer(tab_logdir, load_fast) as server:
         runs = server.wait_for(
-            lambda d: len(d["runs"]) == 2
+            lambda d: len(d["runs"]) == 3
             and all(l["logged_steps"] == len(wur_data.STEPS) for r in d["runs"] for l in r["layers"])
-            and sum(len(r["layers"]) for r in d["runs"]) == len(wur_data.TAGS_A) + len(wur_data.TAGS_B),
+            and sum(len(r["layers"]) for r in d["runs"])
+            == len(wur_data.TAGS_A) + len(wur_data.TAGS_B) + len(wur_data.TAGS_C),
             "/data/plugin/wur/runs",
         )
         # the rows are the layers in the order /runs gives them (model order)
         assert [l["tag"] for l in runs["runs"][0]["layers"]] == wur_data.TAGS_A
+        assert [r["run"] for r in runs["runs"]] == [wur_data.RUN_A, wur_data.RUN_B, wur_data.RUN_C]
+        assert [l["tag"] for l in runs["runs"][2]["layers"]] == wur_data.TAGS_C
+        # only the run trained with the line search has its data
+        assert [r.get("has_line_search") for r in runs["runs"]] == [False, False, True]
+        line_search = server.get_json(
+            f"/data/plugin/wur/line_search?run={urllib.parse.quote(wur_data.RUN_C)}")
+        assert line_search["steps"] == wur_data.STEPS, line_search
+        assert sum(line_search["backtracks"]) > 0, line_search
         exports, flags = {}, {}
-        for run in (wur_data.RUN_A, wur_data.RUN_B):
+        for run in (wur_data.RUN_A, wur_data.RUN_B, wur_data.RUN_C):
             q = urllib.parse.quote(run)
             exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
             flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]]
         assert wur_data.XSS_TAG in exports[wur_data.RUN_A]
-        assert [r["skipped_steps"] for r in runs["runs"]] == [1, 0]
+        assert [r["skipped_steps"] for r in runs["runs"]] == [1, 0, 0]
         # the zeros of the skipped step do not make an in-band layer look stalled
         assert "model/dense/kernel" not in flags[wur_data.RUN_A]
         config = {
@@ -144,13 +154,14 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             "group": {"name": "model/dense", "members": ["model/dense/kernel", "model/dense/bias"],
                       "worst": "model/dense/bias"},
             "skipped": {"run": wur_data.RUN_A, "step": wur_data.SKIPPED_STEP},
+            "line_search": {"run": wur_data.RUN_C, "data": line_search},
         }
         output = _browser(config, tmp_path)
         assert "Traceback" not in server.output()
     for part in ("tooltips match the export", "layer filter works", "run toggle works",
                  "zoom works and survives reloads", "layer detail works", "flags work",
                  "export works", "keyboard navigation works", "grouping by layer works",
-                 "tag and run names are text", "skipped steps are marked"):
+                 "tag and run names are text", "skipped steps are marked", "line search shown"):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000

@@ -1,4 +1,5 @@
-"""Event files for the browser tests, written with the project's own API (wur_summary).
+"""Event files for the browser tests, written with the project's own API (wur_summary, and
+tb_wur_plugin.armijo for the run trained with the line search).
 
 `python tests/browser/wur_data.py LOGDIR` writes them for a manual look.
 """
@@ -11,7 +12,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tb_wur_plugin import metadata, wur_summary
+from tb_wur_plugin import armijo, metadata, wur_summary
 
 XSS_TAG = "<img src=x onerror=alert(1)>"
 STEPS = list(range(0, 150, 5))  # 30 logged steps
@@ -19,6 +20,12 @@ RUN_A = "alpha/train"
 RUN_B = "beta/<i onmouseover=alert(2)>train"  # a run name that is HTML, too
 TAGS_A = ["model/dense/kernel", "model/dense/bias", "model/head/kernel", XSS_TAG, "model/odd/kernel"]
 TAGS_B = ["model/dense/kernel", "model/dense/bias", "model/head/kernel"]
+# A run trained by the stochastic Armijo line search (StochasticArmijo.minimize in a custom
+# loop, one searched step per logged step, at STEPS), its ratios from wur_summary.watch: the
+# only run with line-search data (the tab's strip and the detail's step size).
+RUN_C = "gamma/armijo"
+TAGS_C = ["armijo_net/hidden/kernel", "armijo_net/hidden/bias", "armijo_net/out/kernel",
+          "armijo_net/out/bias"]
 HISTOGRAM_ELEMENTS = 500  # elementwise ratios per histogram of model/dense/kernel in RUN_A
 # A step of RUN_A the optimizer skipped (as a LossScaleOptimizer on non-finite gradients):
 # every ratio 0 and the skipped-step marker 1, as `watch` and the Keras callback write it.
@@ -68,6 +75,36 @@ def write(logdir: str) -> None:
         for step in STEPS:
             for tag in TAGS_B:
                 wur_summary.scalar(tag, ratio_b(tag, step), step=step)
+    writer.close()
+    write_armijo(logdir)
+
+
+def write_armijo(logdir: str) -> None:
+    import keras
+
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, activation="tanh", name="hidden"),
+         keras.layers.Dense(1, name="out")],
+        name="armijo_net",
+    )
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(len(STEPS), 16, 4)).astype("float32")
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0], "float32"))[..., None]
+    # a large first step size and growth: backtracks at the start and now and then after
+    search = armijo.StochasticArmijo(n_batches_per_epoch=3, initial_step_size=20.0, gamma=4.0)
+    variables = model.trainable_variables
+    assert [v.path for v in variables] == TAGS_C
+    writer = tf.summary.create_file_writer(f"{logdir}/{RUN_C}")
+    with writer.as_default():
+        for i, step in enumerate(STEPS):
+            xb, yb = tf.constant(x[i]), tf.constant(y[i])
+
+            def loss_fn():
+                return tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+
+            with wur_summary.watch(variables, step=step):
+                search.minimize(loss_fn, variables, step=step)
     writer.close()
 
 

@@ -1,7 +1,8 @@
 // Browser test of the WUR tab in Debian's chromium, driven by playwright-core.
 //   node tests/browser/wur_tab.mjs CONFIG.json
 // CONFIG: {url, mode: "data" | "empty" | "screenshot", artifacts, label, runs: [{run, tags, steps}],
-//          exports: {run: export JSON}, flags: {run: [tag, ...]}, histogram_tag, screenshot}
+//          exports: {run: export JSON}, flags: {run: [tag, ...]}, histogram_tag, screenshot,
+//          line_search: {run, data: its /line_search answer}}
 // Exits non-zero with a message naming the failed check. Called by tests/test_frontend.py.
 import { createRequire } from "node:module";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -217,6 +218,7 @@ async function interact(page, f, want) {
 
   await namesAreText(page, f, want);
   if (config.skipped) await skippedSteps(page, f, want);
+  if (config.line_search) await lineSearch(page, f, want);
 
   // legend: the band and the special colors are explained
   const legend = await f.locator('[data-testid="wur-legend"]').innerText();
@@ -249,10 +251,20 @@ async function interact(page, f, want) {
   // run toggle
   if (want.length > 1) {
     const last = want[want.length - 1].run;
-    await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).uncheck();
-    await waitAttrs(f, (a) => a.length === want.length - 1 && !a.some((x) => x.run === last), `${last} hidden`);
-    await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).check();
-    await waitAttrs(f, (a) => a.length === want.length, `${last} shown again`);
+    const got = await requestsDuring(page, f, async () => {
+      await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).uncheck();
+      await waitAttrs(f, (a) => a.length === want.length - 1 && !a.some((x) => x.run === last), `${last} hidden`);
+      if (config.line_search?.run === last) check(await f.locator('[data-testid="wur-line-search"]').count() === 0, "the line-search strip of a hidden run is shown");
+    });
+    const shown = await requestsDuring(page, f, async () => {
+      await f.locator(`[data-testid="wur-run-toggle"][data-run="${last}"]`).check();
+      await waitAttrs(f, (a) => a.length === want.length, `${last} shown again`);
+    });
+    // the heatmap and the flags of the runs shown; a line-search strip comes back from the
+    // cache (no /line_search)
+    expectRequests(got, ["heatmap", ...want.slice(1).map(() => "flags")], `hiding ${last}`);
+    expectRequests(shown, ["heatmap", ...want.map(() => "flags")], `showing ${last} again`);
+    if (config.line_search?.run === last) await f.locator(`[data-testid="wur-line-search"][data-run="${last}"]`).waitFor();
     log("run toggle works");
   }
 
@@ -290,6 +302,13 @@ async function interact(page, f, want) {
   const inZoom = first.steps.filter((s) => s >= first.steps[2] && s <= zoomEnd);
   attrs = await waitAttrs(f, (x) => x[0].start === first.steps[2], "the zoomed range");
   check(attrs[0].end === zoomEnd && attrs[0].cols === inZoom.length, `zoom: ${JSON.stringify(attrs[0])}, want steps ${first.steps[2]}..${zoomEnd} in ${inZoom.length} columns`);
+  if (config.line_search) {
+    // the strip follows the zoomed columns: the searched steps of the range only
+    const ls = config.line_search;
+    const wantPoints = ls.data.steps.filter((s) => s >= first.steps[2] && s <= zoomEnd).length;
+    const points = await f.locator(`[data-testid="wur-line-search"][data-run="${ls.run}"]`).getAttribute("data-points");
+    check(Number(points) === wantPoints, `line-search points after zoom: ${points}, want ${wantPoints}`);
+  }
   if (config.skipped) {
     // the skipped-step marks follow the zoomed columns
     const marked = await f.locator(`[data-testid="wur-heatmap"][data-run="${config.skipped.run}"]`).getAttribute("data-skipped-columns");
@@ -307,6 +326,8 @@ async function interact(page, f, want) {
   await waitAttrs(f, (x) => x.every((h, i) => h.rows === kernelRows[i]), "the kernel filter");
   const runsRequests = [];
   page.on("request", (r) => { if (r.url().includes("/data/plugin/wur/runs")) runsRequests.push(r.url()); });
+  const lineSearchRequests = () => wurRequests.filter((u) => new URL(u).pathname.endsWith("/line_search")).length;
+  const lineSearchBefore = lineSearchRequests();
   await page.locator("button.reload-button").click();
   await f.locator('[data-state="loading"]').waitFor({ state: "detached", timeout: 20000 }).catch(() => {});
   const deadline = Date.now() + 15000;
@@ -321,6 +342,12 @@ async function interact(page, f, want) {
   await f.locator('.wur-root[data-state="idle"]').waitFor();
   attrs = await heatmapAttrs(f);
   check(attrs[0].start === first.steps[2] && attrs.every((h, i) => h.rows === kernelRows[i]), `refresh lost zoom or filter: ${JSON.stringify(attrs)}`);
+  if (config.line_search) {
+    // each reload fetches the line search again, once (TensorBoard's reload and Refresh: 2)
+    await settled(page, f);
+    check(lineSearchRequests() - lineSearchBefore === runsRequests.length, `${lineSearchRequests() - lineSearchBefore} /line_search requests over ${runsRequests.length} reloads`);
+    await f.locator(`[data-testid="wur-line-search"][data-run="${config.line_search.run}"]`).waitFor();
+  }
   await filter.fill("");
   log("zoom works and survives reloads");
   // double-click resets the zoom; the button too
@@ -660,6 +687,80 @@ async function skippedSteps(page, f, want) {
   check(readout.includes(`step ${step}`) && readout.includes("skipped step"), `detail readout at the skipped step: ${readout}`);
   await f.locator('[data-testid="wur-detail-close"]').click();
   log(`skipped steps are marked (step ${step}: column ${col}, tooltips, mark, legend, flags, detail)`);
+}
+
+/** The line search of the run trained with tb_wur_plugin.armijo: a strip above its heatmap
+ * only (one canvas, one point per searched step on the heatmap's columns), its tooltip against
+ * /line_search, fetched once at load; the layer detail's step size from the same data. */
+async function lineSearch(page, f, want) {
+  const { run, data } = config.line_search;
+  const w = want.find((x) => x.run === run);
+  check(w && data.steps.length && JSON.stringify(data.steps) === JSON.stringify(w.steps), `line-search data of ${run}: steps ${JSON.stringify(data.steps)}`);
+  // one /line_search at load, for that run only
+  const asked = wurRequests.filter((u) => new URL(u).pathname.endsWith("/line_search")).map((u) => new URL(u).searchParams.getAll("run"));
+  check(JSON.stringify(asked) === JSON.stringify([[run]]), `/line_search requests at load: ${JSON.stringify(asked)}`);
+  const strips = await f.locator('[data-testid="wur-line-search"]').evaluateAll((els) => els.map((e) => ({ run: e.dataset.run, points: +e.dataset.points, columns: +e.dataset.columns })));
+  check(strips.length === 1 && strips[0].run === run, `line-search strips ${JSON.stringify(strips)}, want one of ${run}`);
+  check(strips[0].points === data.steps.length && strips[0].columns === data.steps.length, `strip of ${run}: ${JSON.stringify(strips[0])}, want ${data.steps.length} points in as many columns`);
+  // above the heatmap, on its step axis (same x and width), with ink in it
+  const strip = f.locator(`[data-testid="wur-line-search"][data-run="${run}"]`);
+  await strip.scrollIntoViewIfNeeded();
+  const box = await strip.boundingBox();
+  const heat = await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).boundingBox();
+  check(box && Math.abs(box.x - heat.x) < 1 && Math.abs(box.width - heat.width) < 1 && box.y + box.height <= heat.y, `strip not above the heatmap: ${JSON.stringify(box)} vs ${JSON.stringify(heat)}`);
+  const inked = await strip.evaluate((c) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n;
+  });
+  check(inked > 100, `the strip is blank (${inked} pixels)`);
+  // every point's tooltip: step, step size to 3 significant digits, backtracks
+  const tip = f.locator('[data-testid="wur-tooltip"]');
+  for (const [k, step] of data.steps.entries()) {
+    await page.mouse.move(box.x + ((k + 0.5) * box.width) / w.steps.length, box.y + 17);
+    await tip.waitFor({ state: "visible" });
+    const text = await tip.innerText();
+    for (const part of [`step ${step} `, `run ${run}`, `step size ${Number(data.step_size[k]).toPrecision(3)}`, `backtracks ${data.backtracks[k]}`]) {
+      check(text.includes(part), `strip tooltip at step ${step} lacks "${part}":\n${text}`);
+    }
+  }
+  // the layer detail of a layer of that run: its step size from the cached line search
+  const got = await requestsDuring(page, f, async () => {
+    await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
+    await f.locator(`[data-testid="wur-detail"][data-run="${run}"][data-tag="${w.tags[0]}"] [data-testid="wur-detail-ratio"]`).waitFor();
+  });
+  expectRequests(got, ["series"], "opening a layer of the line-search run");
+  const detail = f.locator(`[data-testid="wur-detail"][data-run="${run}"]`);
+  const chart = detail.locator('[data-testid="wur-detail-step-size"]');
+  await chart.waitFor();
+  const title = await detail.locator('[data-testid="wur-detail-step-size-title"]').innerText();
+  check(title.includes("Step size (line search)") && title.includes(`${data.steps.length} searched steps`), `step-size chart title: ${title}`);
+  const chartInk = await chart.evaluate((cv) => {
+    const d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n / (d.length / 4);
+  });
+  check(chartInk > 0.01, `the detail's step-size chart is blank (${chartInk})`);
+  const cb = await chart.boundingBox();
+  await page.mouse.move(cb.x + cb.width / 2, cb.y + cb.height / 2);
+  let text = await tip.innerText();
+  const step = Number(/step (\d+)/.exec(text.split("\n").slice(1).join("\n"))?.[1]);
+  const j = data.steps.indexOf(step);
+  check(j >= 0 && text.includes(`step size (line search) ${Number(data.step_size[j]).toPrecision(3)}`) && text.includes(`backtracks ${data.backtracks[j]}`), `detail step-size readout: ${text}`);
+  const rb = await detail.locator('[data-testid="wur-detail-ratio"]').boundingBox();
+  await page.mouse.move(rb.x + rb.width / 2, rb.y + rb.height / 2);
+  text = await tip.innerText();
+  const at = data.steps.indexOf(Number(/step (\d+)/.exec(text)?.[1]));
+  check(at >= 0 && text.includes(`step size (line search) ${Number(data.step_size[at]).toPrecision(3)}`), `detail ratio readout of a line-search run: ${text}`);
+  // a run without line search has no step-size chart
+  await f.locator(`[data-testid="wur-heatmap"][data-run="${want[0].run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
+  await f.locator(`[data-testid="wur-detail"][data-run="${want[0].run}"] [data-testid="wur-detail-ratio"]`).waitFor();
+  await settled(page, f);
+  check(!(await f.locator('[data-testid="wur-detail-step-size"]').isVisible()), "a step-size chart in the detail of a run without line search");
+  await f.locator('[data-testid="wur-detail-close"]').click();
+  log(`line search shown (${run}: ${data.steps.length} points, tooltips match /line_search, detail step size)`);
 }
 
 async function shots(page, f) {
