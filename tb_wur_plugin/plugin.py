@@ -18,8 +18,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tb_wur_plugin import export, heatmap, heatmap_wire, metadata, run_data
-from tb_wur_plugin.flags import flag_layers
+from tb_wur_plugin import export, flags, heatmap, heatmap_wire, metadata, run_data
 from tb_wur_plugin.http_args import (
     choice_arg,
     int_arg,
@@ -37,6 +36,7 @@ _ALL_POINTS = 2**31 - 1
 DEFAULT_COLUMNS = 1000
 MAX_COLUMNS = 20_000
 DEFAULT_BAND = (1e-4, 1e-2)
+MAX_PATIENCE = 2**31 - 1
 # Step bounds a request may name (steps are int64; this leaves room for range arithmetic).
 MAX_STEP = 2**62
 # Decoded runs kept in memory between requests: matrices, and the step indexes of /runs.
@@ -121,7 +121,8 @@ class WURPlugin(base_plugin.TBPlugin):
         high = ratio_arg(request, "high", DEFAULT_BAND[1])
         if not low < high:
             raise errors.InvalidArgumentError(f"low ({low}) must be below high ({high})")
-        body = self.flags_impl(ctx, experiment, str_arg(request, "run"), low, high)
+        patience = int_arg(request, "patience", flags.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
+        body = self.flags_impl(ctx, experiment, str_arg(request, "run"), low, high, patience)
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
@@ -262,11 +263,19 @@ class WURPlugin(base_plugin.TBPlugin):
         return heatmap_wire.pack(header, arrays)
 
     def flags_impl(
-        self, ctx: tb_context.RequestContext, experiment: str, run: str, low: float, high: float
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, low: float,
+        high: float, patience: int = flags.DEFAULT_PATIENCE,
     ) -> dict:
-        """The layers of `run` whose ratio left [low, high], worst first."""
+        """The layers of `run` the flag rule (flags.py) flags for [low, high] and
+        `patience`, layers with a NaN first, then by the step they were flagged since."""
         (matrix,) = self._matrices(ctx, experiment, [run])
-        return {"run": run, "low": low, "high": high, "layers": flag_layers(matrix, low, high)}
+        return {
+            "run": run,
+            "low": low,
+            "high": high,
+            "patience": patience,
+            "layers": flags.flag_layers(matrix, low, high, patience),
+        }
 
     def series_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str

@@ -250,6 +250,24 @@ class RunData:
         )
         return data.get(run, {})
 
+    def learning_rate(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(steps ascending and distinct, the value written last at each) of the run's
+        learning rate (`_wur/learning_rate`); None when the run logs none. Not cached."""
+        series = self.list_scalars(ctx, experiment, [run]).get(run, {})
+        listed = series.get(metadata.LEARNING_RATE_TAG)
+        if listed is None or kind(listed) != metadata.KIND_LEARNING_RATE:
+            return None
+        points = self.read_scalars(ctx, experiment, run, [metadata.LEARNING_RATE_TAG]).get(
+            metadata.LEARNING_RATE_TAG
+        )
+        if not points:
+            return None
+        steps = np.fromiter((p.step for p in points), np.int64, len(points))
+        values = np.fromiter((p.value for p in points), np.float64, len(points))
+        return _last_written(steps, values)
+
     @_one_call_per_run
     def matrix(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing

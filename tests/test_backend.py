@@ -329,10 +329,13 @@ def test_heatmap_counts_the_skipped_steps_of_each_column(skipping):
 def test_skipped_steps_are_not_judged_stalled(skipping):
     # every ratio is in the default band except at the skipped steps, where all are 0
     assert skipping.json("flags", run="skipping")["layers"] == []
-    # a zero of a step that was not marked skipped still counts as below the band
-    (plain,) = skipping.json("flags", run="plain")["layers"]
+    # a zero of a step that was not marked skipped still counts as below the band: one
+    # step out is no streak of the default patience (5), but is one of patience 1
+    assert skipping.json("flags", run="plain")["layers"] == []
+    (plain,) = skipping.json("flags", run="plain", patience="1")["layers"]
     assert (plain["below_steps"], plain["skipped_steps"]) == (1, 0)
     assert plain["first_out_of_band_step"] == 1
+    assert (plain["since"], plain["reason"], plain["streak_length"]) == (1, "below", 1)
     # a band that w (1e-3) leaves: judged over the 6 applied updates
     narrow = {f["tag"]: f for f in skipping.json("flags", run="skipping", low="1.5e-3")["layers"]}
     assert list(narrow) == ["net/w"]
@@ -395,7 +398,8 @@ def test_runs_list_a_run_without_ratios(tmp_path):
     writer.close()
     (run,) = Backend(str(tmp_path)).json("runs")["runs"]
     assert run == {"run": "rate_only", "layers": [], "first_step": None, "last_step": None,
-                   "has_learning_rate": True, "skipped_steps": 0, "skipped_at": []}
+                   "has_learning_rate": True, "has_line_search": False,
+                   "skipped_steps": 0, "skipped_at": []}
 
 
 # --- what the wire names, so that the client repeats no rule of the backend -----------------

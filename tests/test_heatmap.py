@@ -143,5 +143,6 @@ def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
         other = without[f["tag"]]
         assert other["skipped_steps"] == 0
         for key in f:
-            if key not in ("logged_steps", "skipped_steps"):
+            # last: the ratio at the last logged step, a skipped one included (the contract)
+            if key not in ("logged_steps", "skipped_steps", "last"):
                 assert f[key] == other[key], (key, f, other)

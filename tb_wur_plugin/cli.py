@@ -1,0 +1,134 @@
+"""The `tb-wur` command: `tb-wur report LOGDIR [...]` (docs/report.md).
+
+Exit status: 0; 1 with --fail-on-flags when a selected layer is flagged; 2 when the logdir is
+missing, holds no wur data, --run selects no run, or an argument is bad (a short reason on
+stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import sys
+
+from tb_wur_plugin.plugin import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin import flags, suggest
+
+EXIT_OK, EXIT_FLAGGED, EXIT_ERROR = 0, 1, 2
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _samples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {text!r}")
+    return value
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({e})") from None
+    return text
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tb-wur", description="Weight-update ratio tools.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = commands.add_parser(
+        "report", help="per-layer weight-update ratio report of a logdir",
+        description="Per run and layer: logged steps, median and last ratio, steps above and "
+        "below the band, non-finite steps, whether the layer is flagged (as in the tab), and "
+        "a suggested learning rate.",
+    )
+    p.add_argument("logdir", metavar="LOGDIR")
+    p.add_argument("--run", type=_regex, default=None, metavar="REGEX",
+                   help="only runs whose name re.search-es REGEX")
+    p.add_argument("--low", type=_positive_float, default=DEFAULT_BAND[0])
+    p.add_argument("--high", type=_positive_float, default=DEFAULT_BAND[1])
+    p.add_argument("--patience", type=_positive_int, default=flags.DEFAULT_PATIENCE,
+                   help="consecutive judged out-of-band steps that flag a layer")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--fail-on-flags", action="store_true",
+                   help="exit with status 1 when any selected layer is flagged")
+    p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), default=None,
+                   help="rank the common layers of two runs by median |log10(A/B)|")
+    p.add_argument("--target", type=_positive_float, default=suggest.DEFAULT_TARGET,
+                   help="the ratio the suggested learning rate aims at")
+    p.add_argument("--last", type=_positive_int, default=suggest.DEFAULT_LAST, metavar="K",
+                   help="logged steps per layer the suggestion is taken over")
+    p.add_argument("--samples", type=_samples, default=DEFAULT_SAMPLES_PER_TAG, metavar="N",
+                   help="steps kept per tag when loading (0: all; default as the tab's)")
+    p.add_argument("--load_fast", type=_boolean, default=None, metavar="BOOL",
+                   help="TensorBoard's fast loader (default: when installed) or the Python one")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)  # bad arguments: usage and reason on stderr, status 2
+    if not args.low < args.high:
+        print(f"tb-wur report: --low ({args.low:g}) must be below --high ({args.high:g})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
+    from tb_wur_plugin import report
+
+    settings = report.Settings(args.low, args.high, args.patience, args.target, args.last)
+    try:
+        with report.open_logdir(args.logdir, args.samples, args.load_fast) as logdir:
+            answer = report.report(
+                logdir, args.run, settings, tuple(args.compare) if args.compare else None
+            )
+    except report.ReportError as e:
+        print(f"tb-wur report: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.to_json(answer), allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(report.to_text(answer, settings))
+    sys.stdout.flush()
+    flagged = any(l["flagged"] for r in answer["runs"] for l in r["layers"])
+    return EXIT_FLAGGED if args.fail_on_flags and flagged else EXIT_OK
+
+
+def console_main() -> None:  # the console script
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

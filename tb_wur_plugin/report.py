@@ -1,0 +1,299 @@
+"""The headless report (`tb-wur report`): a logdir read with TensorBoard's own loading code
+through the data provider interface the plugin uses (run_data.RunData: the same reading,
+model order and skipped steps), judged by the plugin's flag rule (flags.py), with suggested
+learning rates (suggest.py) and a run comparison (compare.py).
+
+Loading: by default TensorBoard's fast loader (its Rust data server, as
+`tensorboard --load_fast=true` runs it, loading the logdir once); `load_fast=False`, or no
+data server binary installed: the Python loader (`EventMultiplexer` +
+`MultiplexerDataProvider`, as `--load_fast=false`). Both keep `samples` steps per tag
+(default the plugin's DEFAULT_SAMPLES_PER_TAG; 0: all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from typing import Iterator
+
+import numpy as np
+from tensorboard import context as tb_context
+
+from tb_wur_plugin import compare, flags, heatmap, metadata, run_data, suggest
+from tb_wur_plugin.plugin import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG, _ALL_POINTS
+
+_EXPERIMENT = ""
+
+
+class ReportError(Exception):
+    """A report that cannot be made (exit status 2): the message says why, in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    low: float = DEFAULT_BAND[0]
+    high: float = DEFAULT_BAND[1]
+    patience: int = flags.DEFAULT_PATIENCE
+    target: float = suggest.DEFAULT_TARGET
+    last: int = suggest.DEFAULT_LAST
+
+
+class Logdir:
+    """A logdir's wur data, read through a TensorBoard data provider."""
+
+    def __init__(self, provider, samples: int):
+        self._ctx = tb_context.RequestContext()
+        self.data = run_data.RunData(
+            provider, downsample=samples if samples > 0 else _ALL_POINTS, matrix_bytes=0,
+            index_bytes=0,
+        )
+        self.scalars = self.data.list_scalars(self._ctx, _EXPERIMENT)
+
+    def runs(self) -> list[str]:
+        """The runs holding ratio series, sorted by name."""
+        return sorted(r for r, s in self.scalars.items() if run_data.of_kind(s, metadata.KIND_RATIO))
+
+    def matrix(self, run: str) -> heatmap.RunMatrix:
+        listing = run_data.RunListing.of(self.scalars.get(run, {}))
+        return self.data.matrix(self._ctx, _EXPERIMENT, run, listing)
+
+    def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
+        return self.data.learning_rate(self._ctx, _EXPERIMENT, run)
+
+
+@contextlib.contextmanager
+def open_logdir(
+    logdir: str, samples: int = DEFAULT_SAMPLES_PER_TAG, load_fast: bool | None = None
+) -> Iterator[Logdir]:
+    """The logdir loaded once (module docstring). `load_fast` None: the fast loader when its
+    binary is installed."""
+    if "://" not in logdir and not os.path.isdir(logdir):
+        raise ReportError(f"no such directory: {logdir}")
+    if load_fast is not False:
+        try:
+            from tensorboard.data import server_ingester
+
+            binary = server_ingester.get_server_binary()
+        except Exception:  # no data server for this platform
+            if load_fast:
+                raise ReportError("TensorBoard's fast loader (its data server) is not installed")
+            binary = None
+        if binary is not None:
+            with _data_server(binary.path, logdir, samples) as provider:
+                yield Logdir(provider, samples)
+            return
+    yield Logdir(_python_provider(logdir, samples), samples)
+
+
+def _python_provider(logdir: str, samples: int):
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={metadata.PLUGIN_NAME: samples}
+    )
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    return data_provider.MultiplexerDataProvider(multiplexer, logdir)
+
+
+@contextlib.contextmanager
+def _data_server(binary: str, logdir: str, samples: int):
+    """TensorBoard's data server loading `logdir` once, as `tensorboard --load_fast=true`
+    starts it; yields its GrpcDataProvider once the load cycle has finished."""
+    import grpc
+    from tensorboard.data import grpc_provider
+    from tensorboard.data.proto import data_provider_pb2_grpc
+
+    with tempfile.TemporaryDirectory(prefix="tb_wur_report_") as tmp:
+        port_file, error_file = os.path.join(tmp, "port"), os.path.join(tmp, "error")
+        process = subprocess.Popen(
+            [
+                binary, f"--logdir={os.path.expanduser(logdir)}", "--reload=once",
+                f"--samples-per-plugin={metadata.PLUGIN_NAME}={samples if samples > 0 else 'all'}",
+                "--port=0", f"--port-file={port_file}", f"--error-file={error_file}",
+                "--die-after-stdin", "--verbose", "--host=localhost",
+            ],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            loaded = False
+            for line in process.stderr:  # -v logs the start and the end of the load cycle
+                if "Finished load cycle" in line:
+                    loaded = True
+                    break
+            if not loaded:
+                process.wait()
+                reason = _read(error_file).strip() or f"exited with status {process.returncode}"
+                raise ReportError(f"TensorBoard's data server could not load {logdir}: {reason}")
+            threading.Thread(target=process.stderr.read, daemon=True).start()  # drain
+            address = f"localhost:{int(_read(port_file))}"
+            channel = grpc.insecure_channel(
+                address, options=[("grpc.max_receive_message_length", 1 << 30)]
+            )
+            stub = data_provider_pb2_grpc.TensorBoardDataProviderStub(channel)
+            yield grpc_provider.GrpcDataProvider(address, stub)
+            channel.close()
+        finally:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+            with contextlib.suppress(OSError):
+                process.kill()
+            process.wait()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
+    """One run's report: {"run", "layers": [{REPORT_FIELDS..., "suggested_learning_rate"}]},
+    layers in model order."""
+    matrix = logdir.matrix(run)
+    judged = flags.judge_layers(matrix, settings.low, settings.high, settings.patience)
+    suggestions = suggest.suggested_learning_rates(
+        matrix, logdir.learning_rate(run), settings.target, settings.last
+    )
+    layers = []
+    for layer, suggestion in zip(judged, suggestions):
+        entry = {key: layer[key] for key in flags.REPORT_FIELDS}
+        entry["suggested_learning_rate"] = suggestion["suggested_learning_rate"]
+        entry["reason"] = layer["reason"]
+        entry["nan_steps"] = layer["nan_steps"]
+        layers.append(entry)
+    return {"run": run, "layers": layers}
+
+
+def report(
+    logdir: Logdir, run_pattern: str | None, settings: Settings,
+    compare_runs: tuple[str, str] | None = None,
+) -> dict:
+    """The report of the runs whose name `re.search`es `run_pattern` (None: all), and, with
+    `compare_runs`, their comparison.
+
+    Raises:
+        ReportError: no run holds ratios, the pattern selects none, or a compared run holds
+            no ratios.
+    """
+    runs = logdir.runs()
+    if not runs:
+        raise ReportError("the logdir holds no wur ratios")
+    if run_pattern is not None:
+        pattern = re.compile(run_pattern)
+        runs = [r for r in runs if pattern.search(r)]
+        if not runs:
+            raise ReportError(f"--run {run_pattern!r} selects no run")
+    answer: dict = {"runs": [run_report(logdir, run, settings) for run in runs]}
+    if compare_runs is not None:
+        known = set(logdir.runs())
+        for name in compare_runs:
+            if name not in known:
+                raise ReportError(f"--compare: no run {name!r} with wur ratios")
+        a, b = compare_runs
+        answer["compare"] = {
+            "run_a": a,
+            "run_b": b,
+            "layers": compare.ranking(logdir.matrix(a), logdir.matrix(b)),
+        }
+    return answer
+
+
+def flagged_first(layers: list[dict]) -> list[dict]:
+    """The flagged layers in the order of the tab's flags (flags.flag_order), then the
+    others in model order."""
+    flagged = sorted((l for l in layers if l["flagged"]), key=flags.flag_order)
+    return flagged + [l for l in layers if not l["flagged"]]
+
+
+# --- output --------------------------------------------------------------------------------
+
+_JSON_LAYER_FIELDS = (*flags.REPORT_FIELDS, "suggested_learning_rate")
+
+
+def to_json(answer: dict) -> dict:
+    """The report's JSON (docs/report.md): the contract's shape, layers in model order, plus
+    suggested_learning_rate; non-finite numbers as "NaN", "Infinity", "-Infinity"."""
+    out: dict = {
+        "runs": [
+            {"run": r["run"], "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]]}
+            for r in answer["runs"]
+        ]
+    }
+    if "compare" in answer:
+        out["compare"] = answer["compare"]
+    return _cleanse(out)
+
+
+def _cleanse(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _cleanse(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleanse(v) for v in value]
+    return value
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value == math.inf else f"{value:.3g}")
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def to_text(answer: dict, settings: Settings) -> str:
+    """The report as aligned tables, one per run, flagged layers first."""
+    lines = []
+    for r in answer["runs"]:
+        layers = r["layers"]
+        n_flagged = sum(l["flagged"] for l in layers)
+        lines.append(
+            f"run {r['run']}: {n_flagged} of {len(layers)} layers flagged "
+            f"(band [{settings.low:g}, {settings.high:g}], patience {settings.patience})"
+        )
+        header = ["layer", "steps", "median", "last", "above", "below", "nonfinite",
+                  "flagged", "since", "suggested_lr"]
+        rows = [
+            [
+                l["tag"], str(l["logged_steps"]), _number(l["median"]), _number(l["last"]),
+                str(l["above"]), str(l["below"]), str(l["nonfinite"]),
+                l["reason"] if l["flagged"] else "no", _number(l["since"]),
+                _number(l["suggested_learning_rate"]),
+            ]
+            for l in flagged_first(layers)
+        ]
+        lines += _table(header, rows, right={1, 2, 3, 4, 5, 6, 8, 9})
+        lines.append("")
+    if "compare" in answer:
+        c = answer["compare"]
+        lines.append(
+            f"compare {c['run_a']} / {c['run_b']}: {len(c['layers'])} common layers, "
+            "by median |log10(ratio_a / ratio_b)|"
+        )
+        rows = [
+            [l["tag"], _number(l["divergence"]), _number(l["median_log10_ratio"]), str(l["steps"])]
+            for l in c["layers"]
+        ]
+        lines += _table(["layer", "divergence", "median_log10", "steps"], rows, right={1, 2, 3})
+        lines.append("")
+    return "\n".join(lines)
