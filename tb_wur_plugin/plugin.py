@@ -14,11 +14,13 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors
-from tensorboard.backend import http_util
+from tensorboard.backend import http_util, json_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tb_wur_plugin import export, flags, heatmap, heatmap_wire, metadata, run_data
+from tb_wur_plugin import (
+    compare, export, flags, heatmap, heatmap_wire, metadata, run_data, suggest,
+)
 from tb_wur_plugin.http_args import (
     choice_arg,
     int_arg,
@@ -74,6 +76,8 @@ class WURPlugin(base_plugin.TBPlugin):
             "/histograms": self._serve_histograms,
             "/export": self._serve_export,
             "/line_search": self._serve_line_search,
+            "/compare": self._serve_compare,
+            "/suggestions": self._serve_suggestions,
         }
         return {route: read_only(app) for route, app in routes.items()}
 
@@ -143,6 +147,30 @@ class WURPlugin(base_plugin.TBPlugin):
     def _serve_line_search(self, request):
         ctx, experiment = request_context(request)
         body = self.line_search_impl(ctx, experiment, str_arg(request, "run"))
+        return http_util.Respond(request, body, "application/json")
+
+    @wrappers.Request.application
+    def _serve_compare(self, request):
+        ctx, experiment = request_context(request)
+        body = self.compare_impl(
+            ctx,
+            experiment,
+            str_arg(request, "run_a"),
+            str_arg(request, "run_b"),
+            columns=int_arg(request, "columns", DEFAULT_COLUMNS, 1, MAX_COLUMNS),
+            start=int_arg(request, "start", None, -MAX_STEP, MAX_STEP),
+            end=int_arg(request, "end", None, -MAX_STEP, MAX_STEP),
+        )
+        return http_util.Respond(
+            request, body, "application/octet-stream", content_encoding="gzip"
+        )
+
+    @wrappers.Request.application
+    def _serve_suggestions(self, request):
+        ctx, experiment = request_context(request)
+        target = ratio_arg(request, "target", suggest.DEFAULT_TARGET)
+        last = int_arg(request, "last", suggest.DEFAULT_LAST, 1, MAX_PATIENCE)
+        body = self.suggestions_impl(ctx, experiment, str_arg(request, "run"), target, last)
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
@@ -352,6 +380,65 @@ class WURPlugin(base_plugin.TBPlugin):
             "steps": steps,
             "step_size": step_size,
             "backtracks": [int(b) if math.isfinite(b) and b == int(b) else b for b in backtracks],
+        }
+
+    def compare_impl(
+        self,
+        ctx: tb_context.RequestContext,
+        experiment: str,
+        run_a: str,
+        run_b: str,
+        columns: int,
+        start: int | None,
+        end: int | None,
+    ) -> bytes:
+        """ratio_A / ratio_B over the common layers and steps of two runs (compare.py), as
+        a heatmap_wire payload with the layers' divergence ranking in its header."""
+        a, b = self._matrices(ctx, experiment, [run_a, run_b])
+        q = compare.quotient(a, b)
+        if not q.tags or not len(q.steps):
+            raise errors.NotFoundError(
+                f"runs {shown(run_a)} and {shown(run_b)} share no layer logged at a common step"
+            )
+        start = int(q.steps[0]) if start is None else start
+        end = int(q.steps[-1]) if end is None else end
+        if start > end:
+            raise errors.InvalidArgumentError(f"start ({start}) must not be after end ({end})")
+        cols = heatmap.make_columns(q.steps, start, end, columns)
+        values, missing = heatmap.reduce_columns(q, cols, "mean_log10")
+        arrays = {
+            "column_start": cols.start.astype(np.float64),
+            "column_first": cols.first,
+            "column_last": cols.last,
+            "column_count": cols.count,
+            "codes": heatmap_wire.encode_cells(values, missing),
+        }
+        header = {
+            "run_a": run_a,
+            "run_b": run_b,
+            "start": start,
+            "end": end,
+            "columns": len(cols.start),
+            "codes": heatmap_wire.CODES,
+            "tags": list(q.tags),
+            "ranking": json_util.Cleanse(compare.ranking(a, b)),
+        }
+        return heatmap_wire.pack(header, arrays)
+
+    def suggestions_impl(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, target: float,
+        last: int,
+    ) -> dict:
+        """Per layer of `run` in model order, the learning rate that would bring its ratio
+        to `target` (suggest.py), over its last `last` logged steps."""
+        (matrix,) = self._matrices(ctx, experiment, [run])
+        learning_rate = self._data.learning_rate(ctx, experiment, run)
+        return {
+            "run": run,
+            "target": target,
+            "last": last,
+            "has_learning_rate": learning_rate is not None,
+            "layers": suggest.suggested_learning_rates(matrix, learning_rate, target, last),
         }
 
     def export_impl(

@@ -1,0 +1,165 @@
+"""The flag rule (flags.py) on hand-made series, and /flags and `tb-wur report` flagging the
+same layers of the same logdir."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from backend import Backend
+from tb_wur_plugin import cli, flags, heatmap
+from tb_wur_plugin.writer import SummaryWriter
+
+IN, HI, LO = 1e-3, 5e-2, 1e-6  # in the band [1e-4, 1e-2], above it, below it
+
+
+def judge(values, skipped=(), patience=5, steps=None):
+    steps = np.arange(len(values)) if steps is None else np.asarray(steps)
+    matrix = heatmap.RunMatrix.from_series(
+        [("layer", steps, np.asarray(values, np.float64))], skipped
+    )
+    (layer,) = flags.judge_layers(matrix, 1e-4, 1e-2, patience)
+    assert layer["flagged"] == (layer["since"] is not None)
+    assert (layer["reason"] is None) == (not layer["flagged"])
+    return layer
+
+
+def test_isolated_out_of_band_steps_are_not_a_streak():
+    values = [IN, HI, IN, HI, HI, IN, LO, LO, LO, LO, IN, HI, HI, HI, HI]  # at most 4 in a row
+    layer = judge(values)
+    assert not layer["flagged"] and layer["since"] is None
+    assert (layer["above"], layer["below"]) == (7, 4)
+    assert judge(values, patience=4)["since"] == 6  # LO x 4 from step 6
+    assert judge(values, patience=1)["since"] == 1
+    assert judge(values, patience=1)["reason"] == "above"
+
+
+def test_a_streak_of_patience_steps_flags_since_its_first_step():
+    layer = judge([IN, IN, HI, HI, HI, HI, HI, HI, IN], steps=[0, 10, 20, 30, 40, 50, 60, 70, 80])
+    assert (layer["since"], layer["reason"], layer["streak_length"]) == (20, "above", 6)
+    layer = judge([IN, 0.0, 0.0, 0.0, 0.0, 0.0])  # 0 is below
+    assert (layer["since"], layer["reason"]) == (1, "below")
+    layer = judge([HI, LO, HI, LO, HI])  # both sides
+    assert (layer["since"], layer["reason"]) == (0, "outside")
+    assert judge([HI] * 4)["flagged"] is False
+    assert judge([HI] * 4, patience=4)["since"] == 0
+
+
+def test_inf_at_the_first_step_is_expected_later_it_flags():
+    assert not judge([math.inf, IN, IN, IN])["flagged"]
+    layer = judge([math.inf, IN, math.inf, IN])
+    assert (layer["since"], layer["reason"], layer["nonfinite"]) == (2, "inf", 2)
+    # the first logged step of the layer, not of the run: a layer added later
+    matrix = heatmap.RunMatrix.from_series(
+        [("a", np.arange(6), np.full(6, IN)), ("b", np.arange(3, 6), np.array([math.inf, IN, IN]))]
+    )
+    assert [l["flagged"] for l in flags.judge_layers(matrix, 1e-4, 1e-2, 5)] == [False, False]
+
+
+def test_nan_at_any_step_flags():
+    for at in (0, 3):
+        values = [IN] * 5
+        values[at] = math.nan
+        layer = judge(values)
+        assert (layer["since"], layer["reason"], layer["nonfinite"]) == (at, "nan", 1)
+    # the earliest finding wins: a streak from 0, NaN at 6
+    layer = judge([HI] * 6 + [math.nan])
+    assert (layer["since"], layer["reason"], layer["nan_since"], layer["streak_since"]) == (0, "above", 6, 0)
+
+
+def test_skipped_and_non_finite_steps_neither_extend_nor_break_a_streak():
+    # HI x3, a skipped step (0 by design), HI x2: one streak of 5 judged steps from 0
+    layer = judge([HI, HI, HI, 0.0, HI, HI], skipped=[3])
+    assert (layer["since"], layer["streak_length"], layer["below"]) == (0, 5, 0)
+    # ... and the skipped steps alone are no streak, nor count below
+    layer = judge([IN, 0.0, 0.0, 0.0, 0.0, 0.0, IN], skipped=[1, 2, 3, 4, 5])
+    assert not layer["flagged"] and layer["below"] == 0 and layer["median"] == IN
+    # an in-band step breaks it
+    assert not judge([HI, HI, HI, IN, HI, HI])["flagged"]
+    # a non-finite step neither extends nor breaks (+inf at the first step: not flagged)
+    layer = judge([math.inf, HI, HI, HI, HI])
+    assert not layer["flagged"]
+    layer = judge([math.inf, HI, HI, HI, HI, HI])
+    assert (layer["since"], layer["streak_length"]) == (1, 5)
+    # a later +inf inside: flagged at the inf, the streak counted through it
+    layer = judge([HI, HI, math.inf, HI, HI, HI])
+    assert (layer["since"], layer["reason"], layer["streak_since"], layer["streak_length"]) == (
+        0, "above", 0, 5)
+    # +inf at the first update after skipped steps is the first update's: not flagged
+    assert not judge([0.0, 0.0, math.inf, IN, IN], skipped=[0, 1])["flagged"]
+
+
+def test_patience_must_be_positive():
+    with pytest.raises(ValueError):
+        judge([IN], patience=0)
+
+
+def _write_agreement_logdir(logdir):
+    """Runs with each kind of finding, and one where the old rule (any step out) flagged all."""
+    rng = np.random.default_rng(3)
+    with SummaryWriter(f"{logdir}/mixed") as w:
+        for step in range(40):
+            ratios = {
+                "ok/kernel": 1e-3 * math.exp(rng.normal(0, 0.3)),
+                "ok/bias": math.inf if step == 0 else 2e-3,  # zero-initialised bias
+                "spiky/kernel": 5e-2 if step % 7 == 3 else 1e-3,
+                "hot/kernel": 5e-2 if 10 <= step < 17 else 1e-3,
+                "cold/kernel": 1e-6 if step >= 30 else 1e-3,
+                "broken/kernel": math.nan if step == 25 else 1e-3,
+                "late_inf/kernel": math.inf if step == 12 else 1e-3,
+            }
+            skipped = step in (20, 21, 22)
+            if skipped:
+                ratios = {k: 0.0 for k in ratios}
+            w.add_ratios(ratios, step, skipped=skipped)
+    with SummaryWriter(f"{logdir}/calm") as w:
+        for step in range(10):
+            w.add_ratios({"a/kernel": math.inf if step == 0 else 1e-3, "a/bias": 1e-3}, step)
+
+
+@pytest.fixture(scope="module")
+def agreement_logdir(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("agreement"))
+    _write_agreement_logdir(logdir)
+    return logdir
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"patience": "1"}, {"patience": "3", "low": "1e-5", "high": "0.1"}, {"patience": "8"},
+])
+def test_the_route_and_the_report_flag_the_same_layers(agreement_logdir, settings, capsys):
+    backend = Backend(agreement_logdir)
+    args = [f"--{k}={v}" for k, v in settings.items()]
+    assert cli.main(["report", agreement_logdir, "--format", "json", "--load_fast", "false", *args]) == 0
+    reported = {r["run"]: r["layers"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert sorted(reported) == ["calm", "mixed"]
+    for run, layers in reported.items():
+        answer = backend.json("flags", run=run, **settings)
+        assert answer["patience"] == int(settings.get("patience", 5))
+        route = {f["tag"]: f["since"] for f in answer["layers"]}
+        assert route == {l["tag"]: l["since"] for l in layers if l["flagged"]}
+        assert all(l["since"] is None for l in layers if not l["flagged"])
+
+
+def test_the_default_flags_of_the_mixed_run(agreement_logdir):
+    answer = Backend(agreement_logdir).json("flags", run="mixed")
+    got = {f["tag"]: (f["since"], f["reason"]) for f in answer["layers"]}
+    assert got == {
+        "broken/kernel": (25, "nan"),
+        "late_inf/kernel": (12, "inf"),
+        "hot/kernel": (10, "above"),
+        "cold/kernel": (30, "below"),
+    }
+    assert [f["tag"] for f in answer["layers"]][0] == "broken/kernel"  # NaN first, then by since
+    assert [f["tag"] for f in answer["layers"]][1:] == ["hot/kernel", "late_inf/kernel", "cold/kernel"]
+    assert Backend(agreement_logdir).json("flags", run="calm")["layers"] == []
+
+
+@pytest.mark.parametrize("patience", ["0", "-1", "x", "1.5"])
+def test_bad_patience_is_400(agreement_logdir, patience):
+    response = Backend(agreement_logdir).get("flags", run="mixed", patience=patience)
+    assert response.status_code == 400
+    assert "patience" in response.get_data(as_text=True)
