@@ -7,7 +7,13 @@ Series kinds (``kind`` in the plugin content, a JSON object):
   (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path). ``index``, when
   present, is the layer's position among the variables written together (model order).
 - ``histogram``: the layer's elementwise ratios |Δw_i| / |w_i| bucketed on the fixed
-  edges below, an int64 vector of ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``).
+  edges below, ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``), stored as either
+  (each step's tensor says which, by its dtype; `decode_histogram` reads both):
+  version 1: an int64 vector of the ``NUM_BUCKETS`` counts;
+  version 2 (``"encoding": "varint"`` in the plugin content): a uint8 vector, the
+  ``NUM_BUCKETS`` counts one after the other as protobuf varints (LEB128: 7 bits a byte,
+  low first, the high bit set on every byte but a count's last): one byte for a count
+  below 128, so 53 to about 150 bytes instead of 424 (`encode_histogram`).
   Its tag is ``histogram_tag(layer_tag)``.
 - ``learning_rate``: the optimizer's learning rate, a float32 scalar per step
   (``DATA_CLASS_SCALAR``), tag ``LEARNING_RATE_TAG``.
@@ -42,6 +48,11 @@ Series kinds (``kind`` in the plugin content, a JSON object):
 Scalars are float32 because TensorBoard's fast loader reads no other scalar type; a positive
 value below float32's range is stored as its smallest positive value, never as 0.
 
+Metadata once: a writer writes a tag's `SummaryMetadata` with the tag's first value in
+each event file only (as TF1's `FileWriter.add_summary` does); TensorBoard takes a series'
+metadata from its first occurrence. Readers still accept files that repeat it at every
+step (all files written before protocol version 2).
+
 Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag does.
 """
 
@@ -55,8 +66,13 @@ from tensorboard.compat.proto import summary_pb2
 
 PLUGIN_NAME = "wur"
 
-# Version 1: JSON plugin content, histogram layout below.
-PROTOCOL_VERSION = 1
+# Version 1: JSON plugin content, histogram layout below, int64 counts.
+# Version 2: histograms' counts as varints in a uint8 vector (`encode_histogram`); the
+# other kinds are still written as version 1 (unchanged), so that older readers read them.
+PROTOCOL_VERSION = 2
+# The histogram version writers write (1 or 2). Readers read both whatever this says.
+HISTOGRAM_WRITE_VERSION = 1
+HISTOGRAM_ENCODING_VARINT = "varint"
 
 KIND_RATIO = "ratio"
 KIND_HISTOGRAM = "histogram"
@@ -153,16 +169,24 @@ def create_summary_metadata(
     description: str | None = None,
     index: int | None = None,
     series: str | None = None,
+    histogram_version: int | None = None,
 ) -> summary_pb2.SummaryMetadata:
     """A `SummaryMetadata` for a series of the given kind, with its data class set.
 
     `index`: the layer's position among the variables written together (model order).
     `series`: for ``KIND_LINE_SEARCH`` (required there, refused elsewhere), which one of
     `LINE_SEARCH_SERIES`.
+    `histogram_version`: for ``KIND_HISTOGRAM``, the version its values are written in (1:
+    int64 counts, 2: varints); default `HISTOGRAM_WRITE_VERSION`.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown wur series kind {kind!r}; expected one of {KINDS}")
-    content: dict[str, Any] = {"version": PROTOCOL_VERSION, "kind": kind}
+    version = 1
+    if kind == KIND_HISTOGRAM:
+        version = HISTOGRAM_WRITE_VERSION if histogram_version is None else histogram_version
+        if version not in (1, 2):
+            raise ValueError(f"histogram_version must be 1 or 2, got {version!r}")
+    content: dict[str, Any] = {"version": version, "kind": kind}
     if index is not None:
         content["index"] = index
     if kind == KIND_LINE_SEARCH:
@@ -177,6 +201,8 @@ def create_summary_metadata(
         content.update(
             log10_min=LOG10_MIN, log10_max=LOG10_MAX, bins_per_decade=BINS_PER_DECADE
         )
+        if version == 2:
+            content["encoding"] = HISTOGRAM_ENCODING_VARINT
     data_class = (
         summary_pb2.DATA_CLASS_TENSOR
         if kind == KIND_HISTOGRAM
@@ -219,3 +245,62 @@ def parse_plugin_content(content: bytes) -> dict[str, Any]:
     if parsed["kind"] == KIND_LINE_SEARCH and parsed.get("series") not in LINE_SEARCH_SERIES:
         raise ValueError(f"wur line-search content has a bad series: {parsed.get('series')!r}")
     return parsed
+
+
+def histogram_version_of(summary_metadata: summary_pb2.SummaryMetadata) -> int:
+    """The version (1 or 2) a histogram series' values are written in, from its metadata."""
+    content = parse_plugin_content(summary_metadata.plugin_data.content)
+    return 2 if content.get("encoding") == HISTOGRAM_ENCODING_VARINT else 1
+
+
+def encode_histogram(counts: Any) -> bytes:
+    """The version-2 stored form of `counts` (``NUM_BUCKETS`` non-negative integers): each
+    count as a protobuf varint, in bucket order; the bytes of a uint8 tensor."""
+    c = np.asarray(counts)
+    if c.shape != (NUM_BUCKETS,) or not (np.issubdtype(c.dtype, np.integer)):
+        raise ValueError(f"counts must be integers of shape [{NUM_BUCKETS}], got {c.dtype} {c.shape}")
+    c = c.astype(np.uint64)
+    k = np.arange(10, dtype=np.uint64)
+    groups = (c[:, None] >> (np.uint64(7) * k)) & np.uint64(0x7F)
+    length = 1 + np.sum((c[:, None] >> (np.uint64(7) * k[1:])) > 0, axis=1)
+    groups |= np.where(k < (length[:, None] - 1), np.uint64(0x80), np.uint64(0))
+    return groups[k < length[:, None]].astype(np.uint8).tobytes()
+
+
+def decode_histogram(stored: Any, content: Any = None) -> np.ndarray:
+    """The counts of one stored histogram value, int64[NUM_BUCKETS], of either version.
+
+    Args:
+      stored: the value as the data provider gives it (`TensorDatum.numpy`): version 1, an
+        integer vector of NUM_BUCKETS counts (int64); version 2, a uint8 vector of varints
+        (`encode_histogram`). The dtype tells them apart, so that a series whose files mix
+        both versions (a run logged before and after an upgrade) reads whole.
+      content: unused (the series' plugin content, bytes or parsed); accepted so that
+        callers can pass it.
+
+    Raises:
+      ValueError: `stored` is neither (wrong dtype, length, or a truncated varint).
+    """
+    del content
+    array = np.asarray(stored)
+    if array.ndim != 1:
+        raise ValueError(f"a stored histogram is a vector, got shape {array.shape}")
+    if array.dtype == np.uint8:
+        b = array.astype(np.int64)
+        ends = np.flatnonzero(b < 0x80)
+        if len(ends) != NUM_BUCKETS or ends[-1] != len(b) - 1:
+            raise ValueError(
+                f"a version-2 histogram holds {NUM_BUCKETS} varints, got {len(ends)} "
+                f"in {len(b)} bytes"
+            )
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        position = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)
+        if position.max() > 8:
+            raise ValueError("a version-2 histogram holds a count of more than 63 bits")
+        return np.add.reduceat((b & 0x7F) << (7 * position), starts).astype(np.int64)
+    if np.issubdtype(array.dtype, np.integer) and len(array) == NUM_BUCKETS:
+        return array.astype(np.int64)
+    raise ValueError(
+        f"a stored histogram is int64[{NUM_BUCKETS}] (version 1) or uint8 varints "
+        f"(version 2), got {array.dtype} of length {len(array)}"
+    )

@@ -4,7 +4,9 @@ kind of series.
 Each op writes to the default summary writer at `step` (default:
 `tf.summary.experimental.get_step()`), honours `tf.summary.record_if`, works eagerly and
 inside `tf.function`, and computes nothing when summaries are not being recorded. Eagerly it
-returns a Python bool (True when written); inside a `tf.function`, a boolean tensor.
+returns a Python bool (True when written); inside a `tf.function`, a boolean tensor. A tag's
+metadata goes into its writer's event file once, with the tag's first value
+(`recording.MetadataOnce`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.batched_write import to_stored_scalar
+from tb_wur_plugin.batched_write import to_stored_scalar, write_histograms, write_scalars
 from tb_wur_plugin.bucketing import bucket_counts
 from tb_wur_plugin.recording import write
 
@@ -56,7 +58,7 @@ def scalar(
         name,
         lambda: to_stored_scalar(value),
         step,
-        metadata.create_summary_metadata(metadata.KIND_RATIO, description),
+        _scalar_writer(name, metadata.create_summary_metadata(metadata.KIND_RATIO, description)),
     )
 
 
@@ -90,12 +92,15 @@ def histogram(
     """
     _check_layer_tag(name)
     values = _float_tensor(data, "wur_summary.histogram", scalar_only=False)
-    return write(
-        metadata.histogram_tag(name),
-        lambda: bucket_counts(values),
-        step,
-        metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, description),
-    )
+    tag = metadata.histogram_tag(name)
+    summary_metadata = metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, description)
+
+    def write_fn(counts, step, writer, include_metadata):
+        return write_histograms(
+            [tag], counts[tf.newaxis], step, [summary_metadata], writer, include_metadata
+        )
+
+    return write(tag, lambda: bucket_counts(values), step, write_fn)
 
 
 def learning_rate(data: Any, step: Any = None, description: str | None = None) -> bool | tf.Tensor:
@@ -117,8 +122,22 @@ def learning_rate(data: Any, step: Any = None, description: str | None = None) -
         metadata.LEARNING_RATE_TAG,
         lambda: to_stored_scalar(value),
         step,
-        metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
+        _scalar_writer(
+            metadata.LEARNING_RATE_TAG,
+            metadata.create_summary_metadata(metadata.KIND_LEARNING_RATE, description),
+        ),
     )
+
+
+def _scalar_writer(tag: str, summary_metadata: Any):
+    """The `recording.write` writer of one float32 scalar under `tag` (`write_scalars`)."""
+
+    def write_fn(value, step, writer, include_metadata):
+        return write_scalars(
+            [tag], tf.reshape(value, [1]), step, [summary_metadata], writer, include_metadata
+        )
+
+    return write_fn
 
 
 def _check_layer_tag(name: Any) -> None:

@@ -2,7 +2,8 @@
 
 TensorFlow has no public way to read or set the default summary writer without flushing it,
 to read its recording conditions, to get a writer's resource handle or whether it is closed,
-or to write a serialized `Summary` as it is. These functions do, and no other module touches
+to write a serialized `Summary` as it is, or to make a variable that a `tf.distribute`
+strategy in scope does not turn into a distributed one. These functions do, and no other module touches
 `tensorflow.python`: `tests/test_tf_private.py` fails, naming what changed, when a
 TensorFlow release changes any of them.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
+from tensorflow.python.ops import gen_summary_ops, resource_variable_ops, summary_ops_v2
 
 
 def default_writer() -> tf.summary.SummaryWriter | None:
@@ -48,3 +49,9 @@ def write_raw_proto_summary(writer: tf.Tensor, step: tf.Tensor, message: tf.Tens
     """Write `message`, a serialized `Summary` (a string tensor), as one event at `step`
     to the writer whose resource handle is `writer`."""
     return gen_summary_ops.write_raw_proto_summary(writer, step, message)
+
+
+def local_variable(initial_value: Any, name: str) -> tf.Variable:
+    """A plain non-trainable resource variable, also under a `tf.distribute` strategy's
+    scope (whose variable creator `tf.Variable` would go through)."""
+    return resource_variable_ops.ResourceVariable(initial_value, trainable=False, name=name)

@@ -9,10 +9,12 @@ from typing import Any, Iterator, Sequence
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars, write_tensors
+from tb_wur_plugin import tf_private
+from tb_wur_plugin.batched_write import to_stored_scalar, write_histograms, write_scalars
 from tb_wur_plugin.capture import captured_changes
 from tb_wur_plugin.ratios import histogram_counts, partition, update_ratios
 from tb_wur_plugin.recording import (
+    MetadataOnce,
     check_default_writer_open,
     default_writer_resource,
     static_recording,
@@ -81,8 +83,25 @@ def record(
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
     changes = list(changes or [None] * len(watched))
-    write = _write_ratios_traced if tf.executing_eagerly() else _write_ratios
-    written = write(tags, variables, list(before), _read_step(step), histograms, writer, changes)
+    # The tags' metadata goes into the writer's file with their first event only.
+    writer_object = tf_private.default_writer()
+    ratios_once = MetadataOnce(writer_object, (*tags, metadata.SKIPPED_STEP_TAG))
+    histograms_once = MetadataOnce(
+        writer_object, tuple(metadata.histogram_tag(tag) for tag in tags)
+    ) if histograms else None
+    include = (ratios_once.include, histograms_once.include if histograms else False)
+    if tf.executing_eagerly():
+        write = _write_ratios_traced
+        include = tuple(tf.constant(flag) for flag in include)  # one trace for both
+    else:
+        write = _write_ratios
+    written = write(
+        tags, variables, list(before), _read_step(step), histograms, writer, changes,
+        *include, metadata.HISTOGRAM_WRITE_VERSION,
+    )
+    written = ratios_once.written(written)
+    if histograms:
+        written = histograms_once.written(written)
     return bool(written) if tf.executing_eagerly() else written
 
 
@@ -225,8 +244,14 @@ def _write_ratios(
     histograms: bool,
     writer: tf.Tensor,
     changes: list[tf.Tensor | None],
+    ratios_metadata: bool | tf.Tensor = True,
+    histograms_metadata: bool | tf.Tensor = True,
+    histogram_version: int | None = None,
 ) -> tf.Tensor:
-    """The body of `record`: ratios, skipped-step marker and histograms, in two events."""
+    """The body of `record`: ratios, skipped-step marker and histograms, in two events,
+    each with its tags' metadata when `ratios_metadata` / `histograms_metadata` (bools or
+    boolean tensors) say so; histograms in `histogram_version` (default
+    `metadata.HISTOGRAM_WRITE_VERSION`)."""
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables, changes)  # large variables read one at a time
@@ -250,28 +275,32 @@ def _write_ratios(
                 ),
             ],
             writer,
+            ratios_metadata,
         )
     ]
     if histograms:
         written.append(
-            write_tensors(
+            write_histograms(
                 [metadata.histogram_tag(tag) for tag in tags],
                 histogram_counts(before, variables, changes),
                 step,
                 [
                     metadata.create_summary_metadata(
-                        metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                        metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}",
+                        histogram_version=histogram_version,
                     )
                     for about in abouts
                 ],
                 writer,
+                histograms_metadata,
             )
         )
     return tf.reduce_all(tf.stack(written))
 
 
 # The writer is an argument, not captured: one trace serves every writer (a new writer per
-# `model.fit` call does not retrace).
+# `model.fit` call does not retrace); so are the flags saying whether this writer still
+# needs the tags' metadata (boolean tensors: one trace for the first write and the others).
 _write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
 
 

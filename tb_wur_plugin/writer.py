@@ -3,8 +3,9 @@ summaries from plain numbers and numpy arrays and appends them to an event file 
 TensorBoard's own record writer, for training in PyTorch, JAX or anything else.
 
 What it writes reads exactly as what `wur_summary.watch` writes: the same tags, summary
-metadata (`metadata.create_summary_metadata`, with the ratios' order as `index`), float32
-ratios, int64 histogram counts on the protocol's edges, and the skipped-step marker.
+metadata (`metadata.create_summary_metadata`, with the ratios' order as `index`; each tag's
+in the first event of it in the file only), float32 ratios, histogram counts on the
+protocol's edges (in `metadata.HISTOGRAM_WRITE_VERSION`), and the skipped-step marker.
 
     with SummaryWriter("logs/run1") as writer:
         writer.add_ratios({"fc1/weight": 1.2e-3, "fc1/bias": 3e-4}, step=100)
@@ -98,6 +99,7 @@ class SummaryWriter:
         self._lock = threading.Lock()
         self._local = "://" not in logdir
         self._prefixes: dict[tuple, bytes] = {}
+        self._described: set[str] = set()  # tags whose metadata this file holds
         self._file, self._path = _open_event_file(logdir, filename_suffix, self._local)
         self._add_event = None
         self._write_event(
@@ -119,6 +121,7 @@ class SummaryWriter:
         self._lock = threading.Lock()
         self._local = False
         self._prefixes = {}
+        self._described = set()
         self._file = None
         self._path = None
         self._add_event = add_event
@@ -187,7 +190,9 @@ class SummaryWriter:
             metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, SKIPPED_STEP_DESCRIPTION,
             None, np.float32(1.0 if skipped else 0.0),
         ))
-        self._write_summary(b"".join(parts), step, wall_time)
+        self._write_summary(
+            b"".join(parts), step, wall_time, [tag for tag, _ in values] + [metadata.SKIPPED_STEP_TAG]
+        )
 
     def add_histograms(
         self,
@@ -223,7 +228,9 @@ class SummaryWriter:
                 _float_array(data, f"histogram of {tag!r}")
             )
             parts.append(self._counts(tag, describe(tag), counts))
-        self._write_summary(b"".join(parts), step, wall_time)
+        self._write_summary(
+            b"".join(parts), step, wall_time, [metadata.histogram_tag(tag) for tag, _ in items]
+        )
 
     def add_learning_rate(
         self,
@@ -248,7 +255,7 @@ class SummaryWriter:
             metadata.LEARNING_RATE_TAG, metadata.KIND_LEARNING_RATE, description, None,
             to_stored_scalar(rate),
         )
-        self._write_summary(part, step, wall_time)
+        self._write_summary(part, step, wall_time, [metadata.LEARNING_RATE_TAG])
 
     def flush(self) -> None:
         """Hand everything written so far to the file system (for URLs: upload it)."""
@@ -287,25 +294,45 @@ class SummaryWriter:
     def _scalar(self, tag: str, kind: str, description: str | None, index: int | None,
                 value: np.float32) -> bytes:
         """The `Summary.value` entry of a float32 scalar, as `watch` writes it: TensorProto
-        {DT_FLOAT, shape [], float_val [value]} (its constant prefix cached by tag)."""
-        key = (tag, kind, description, index)
+        {DT_FLOAT, shape [], float_val [value]} (its constant prefix cached by tag), with
+        the tag's metadata the first time this file holds the tag."""
+        first = tag not in self._described
+        key = (tag, kind, description, index, first)
         prefix = self._prefixes.get(key)
         if prefix is None:
-            summary_metadata = metadata.create_summary_metadata(kind, description, index)
+            summary_metadata = (
+                metadata.create_summary_metadata(kind, description, index) if first else None
+            )
             prefix = self._cache(key, _value_prefix(tag, summary_metadata, _SCALAR_FIELDS, 4))
         return prefix + struct.pack("<f", value)
 
     def _counts(self, tag: str, description: str, counts: np.ndarray) -> bytes:
-        """The `Summary.value` entry of a histogram: int64[NUM_BUCKETS] as `tensor_content`,
-        as `watch` writes it."""
-        key = (tag, metadata.KIND_HISTOGRAM, description, None)
-        prefix = self._prefixes.get(key)
-        if prefix is None:
+        """The `Summary.value` entry of a histogram, as `watch` writes it, in
+        `metadata.HISTOGRAM_WRITE_VERSION`: 1, int64[NUM_BUCKETS] as `tensor_content`; 2,
+        its varints as a uint8 vector (`metadata.encode_histogram`)."""
+        histogram_tag = metadata.histogram_tag(tag)
+        first = histogram_tag not in self._described
+        version = metadata.HISTOGRAM_WRITE_VERSION
+        key = (histogram_tag, metadata.KIND_HISTOGRAM, description, version, first)
+        head = self._prefixes.get(key)
+        if head is None:
             summary_metadata = metadata.create_summary_metadata(
-                metadata.KIND_HISTOGRAM, description)
-            prefix = self._cache(key, _value_prefix(
-                metadata.histogram_tag(tag), summary_metadata, _COUNTS_FIELDS, _COUNTS_BYTES))
-        return prefix + np.ascontiguousarray(counts, dtype="<i8").tobytes()
+                metadata.KIND_HISTOGRAM, description, histogram_version=version
+            ) if first else None
+            head = self._cache(key, summary_pb2.Summary.Value(
+                tag=histogram_tag, metadata=summary_metadata).SerializeToString())
+        if version == 1:
+            return _entry(head, _COUNTS_FIELDS, np.ascontiguousarray(counts, dtype="<i8").tobytes())
+        data = metadata.encode_histogram(counts)
+        fields = _VARINT_FIELDS.get(len(data))
+        if fields is None:
+            fields = _VARINT_FIELDS.setdefault(len(data), tensor_pb2.TensorProto(
+                dtype=4,  # DT_UINT8
+                tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                    dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(data))]
+                ),
+            ).SerializeToString() + b"\x22" + _varint(len(data)))
+        return _entry(head, fields, data)
 
     def _cache(self, key: tuple, prefix: bytes) -> bytes:
         if len(self._prefixes) > 100_000:  # descriptions that change at every step
@@ -313,8 +340,11 @@ class SummaryWriter:
         self._prefixes[key] = prefix
         return prefix
 
-    def _write_summary(self, summary: bytes, step: int, wall_time: float | None) -> None:
-        """One `Event` {wall_time, step, summary} from the serialized `Summary`."""
+    def _write_summary(
+        self, summary: bytes, step: int, wall_time: float | None, tags: Sequence[str]
+    ) -> None:
+        """One `Event` {wall_time, step, summary} from the serialized `Summary`, which holds
+        `tags` (with their metadata when first written: now this file holds it)."""
         if wall_time is not None:
             wall_time = float(_real_scalar(wall_time, "wall_time"))
         self._write_event(
@@ -322,6 +352,7 @@ class SummaryWriter:
             + b"\x10" + _varint(step & 0xFFFFFFFFFFFFFFFF)
             + b"\x2a" + _varint(len(summary)) + summary
         )
+        self._described.update(tags)
 
     def _write_event(self, event: bytes) -> None:
         with self._lock:
@@ -391,6 +422,15 @@ def _value_prefix(tag: str, summary_metadata, tensor_fields: bytes, data_bytes: 
     return b"\x0a" + _varint(value_length) + head + tensor_header + tensor_fields
 
 
+def _entry(head: bytes, tensor_fields: bytes, data: bytes) -> bytes:
+    """`Summary.value` entry (field 1): `head` (the serialized Value's tag and metadata),
+    then its `tensor` (field 8): `tensor_fields` followed by `data`."""
+    tensor_length = len(tensor_fields) + len(data)
+    tensor_header = b"\x42" + _varint(tensor_length)
+    return (b"\x0a" + _varint(len(head) + len(tensor_header) + tensor_length) + head
+            + tensor_header + tensor_fields + data)
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -403,6 +443,8 @@ def _varint(value: int) -> bytes:
 # TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
 _SCALAR_FIELDS = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
 _COUNTS_BYTES = metadata.NUM_BUCKETS * 8
+# version-2 histograms: TensorProto {DT_UINT8, [L]} and the tensor_content header, by L
+_VARINT_FIELDS: dict[int, bytes] = {}
 # TensorProto {dtype: DT_INT64, tensor_shape: [NUM_BUCKETS]} and the tensor_content header
 _COUNTS_FIELDS = tensor_pb2.TensorProto(
     dtype=9,  # DT_INT64

@@ -153,3 +153,16 @@ def test_write_raw_proto_summary_writes_a_summary_event_readers_read_back(
             for e in loaded for v in e.summary.value]  # simple values read as tensors
     check([e.step for e in loaded] == [11] and read == [("a", 0.25), ("b", -3.0)], api,
           f"TensorBoard's EventFileLoader read {loaded}")
+
+
+def test_local_variable_is_a_plain_variable_under_a_strategy_scope():
+    api = "tensorflow.python.ops.resource_variable_ops.ResourceVariable"
+    strategy = tf.distribute.MirroredStrategy(["cpu:0"])
+    with private(api):
+        with strategy.scope():
+            variable = tf_private.local_variable(False, name="flag")
+        variable.assign(True)
+    check(type(variable).__name__ == "ResourceVariable" and bool(variable.numpy())
+          and not variable.trainable, api,
+          f"made a {type(variable).__name__} (trainable={variable.trainable}) under a "
+          "MirroredStrategy scope; it must not go through the strategy's variable creator")

@@ -7,9 +7,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tb_wur_plugin import metadata
+from tb_wur_plugin import metadata, tf_private
 from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
-from tb_wur_plugin.recording import default_writer_resource, static_recording
+from tb_wur_plugin.recording import MetadataOnce, default_writer_resource, static_recording
 
 _CONTEXT = "StochasticArmijo.minimize"
 
@@ -58,14 +58,20 @@ def log_step(result: Any, step: Any = None) -> bool | tf.Tensor:
             "tf.summary.experimental.set_step()"
         )
 
+    writer_object = tf_private.default_writer()
+
     def write() -> tf.Tensor:
+        # the tags' metadata goes into the writer's file with their first event only
+        once = MetadataOnce(writer_object, metadata.LINE_SEARCH_TAGS)
         values = tf.stack([
             to_stored_scalar(result.step_size),
             tf.cast(result.backtracks, tf.float32),
             to_stored_scalar(result.loss),
             to_stored_scalar(result.new_loss),
         ])
-        return write_scalars(list(metadata.LINE_SEARCH_TAGS), values, step, _METADATAS, writer)
+        return once.written(write_scalars(
+            list(metadata.LINE_SEARCH_TAGS), values, step, _METADATAS, writer, once.include
+        ))
 
     if recording:
         written = write()

@@ -3,9 +3,11 @@ through a summary writer, for `tf.compat.v1.summary.FileWriter.add_summary` inst
 
 The values are the ones `wur_summary.watch` writes, under the same tags and summary metadata
 (kind, index, data class): each ratio as float32 (`batched_write.to_stored_scalar`), the skipped-step
-marker (1 when no watched variable changed), and with histograms the int64 bucket counts of
-each variable's elementwise ratios under `metadata.histogram_tag(tag)`. Each value carries
-its metadata, as TF1 summary ops do.
+marker (1 when no watched variable changed), and with histograms the bucket counts of
+each variable's elementwise ratios under `metadata.histogram_tag(tag)` (in
+`metadata.HISTOGRAM_WRITE_VERSION`: int64, or varints in a uint8 vector). Each value carries
+its metadata, as TF1 summary ops do: `FileWriter.add_summary` keeps it in the first event of
+each tag of its file only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.batched_write import to_stored_scalar
+from tb_wur_plugin.batched_write import encode_counts, to_stored_scalar
 from tb_wur_plugin.watched import WatchedVariable
 
 SKIPPED_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
@@ -52,12 +54,18 @@ def ratio_summary(
         metadata.create_summary_metadata(metadata.KIND_SKIPPED_STEP, SKIPPED_DESCRIPTION),
     ))
     if histogram_counts is not None:
-        rows = tf.unstack(histogram_counts, num=len(watched))
+        version = metadata.HISTOGRAM_WRITE_VERSION
+        if version == 1:
+            rows = tf.unstack(histogram_counts, num=len(watched))
+        else:
+            encoded, _ = encode_counts(tf.cast(histogram_counts, tf.int64))
+            rows = [tf.io.decode_raw(row, tf.uint8) for row in tf.unstack(encoded, num=len(watched))]
         values.extend(
             _tensor_summary(
                 metadata.histogram_tag(w.tag), row,
                 metadata.create_summary_metadata(
-                    metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}"
+                    metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}",
+                    histogram_version=version,
                 ),
             )
             for w, row, about in zip(watched, rows, abouts)
