@@ -77,14 +77,20 @@ class StepLog:
 
 def write_rows(rows: np.ndarray, writer: tf.Tensor) -> None:
     """Write each row of `rows` (as `StepLog.read` gives them) as one event of the four
-    line-search series at its step, to the writer resource `writer`."""
+    line-search series at its step, to the writer resource `writer` (that of the default
+    writer), the tags' metadata with the first event written to that writer only."""
     if len(rows):
-        _write_rows(tf.constant(rows, tf.float64), writer)
+        from tb_wur_plugin import tf_private
+        from tb_wur_plugin.recording import MetadataOnce
+
+        once = MetadataOnce(tf_private.default_writer(), metadata.LINE_SEARCH_TAGS)
+        once.written(_write_rows(tf.constant(rows, tf.float64), writer, tf.constant(once.include)))
 
 
 @tf.function(reduce_retracing=True)
-def _write_rows(rows: tf.Tensor, writer: tf.Tensor) -> tf.Tensor:
-    # The writer is an argument, not captured: one trace serves every writer.
+def _write_rows(rows: tf.Tensor, writer: tf.Tensor, include_metadata: tf.Tensor) -> tf.Tensor:
+    # The writer is an argument, not captured: one trace serves every writer; so is whether
+    # the first row carries the tags' metadata.
     for i in tf.range(tf.shape(rows)[0]):
         row = rows[i]
         values = tf.stack([
@@ -95,6 +101,6 @@ def _write_rows(rows: tf.Tensor, writer: tf.Tensor) -> tf.Tensor:
         ])
         write_scalars(
             list(metadata.LINE_SEARCH_TAGS), values, tf.cast(row[0], tf.int64), _METADATAS,
-            writer,
+            writer, include_metadata & tf.equal(i, 0),
         )
     return tf.constant(True)
