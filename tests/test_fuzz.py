@@ -30,7 +30,8 @@ from weird_logs import NO_RATIOS, RUNS, STEPS, write_runs
 SEED = 20261201
 MIN_REQUESTS = 10_000
 PREFIX = "/data/plugin/wur/"
-ROUTES = ("index.js", "runs", "heatmap", "flags", "series", "histograms", "export")
+ROUTES = ("index.js", "runs", "heatmap", "flags", "series", "histograms", "export",
+          "line_search", "compare", "suggestions")
 
 INDEX_JS = importlib.resources.files("tb_wur_plugin").joinpath("static/index.js").read_bytes()
 
@@ -45,7 +46,8 @@ def backend(tmp_path_factory):
 # --- the generator ------------------------------------------------------------------------
 
 _TAGS = [tag for tags in RUNS.values() for tag in tags]
-_NAMES = ["run", "tag", "columns", "start", "end", "reduction", "low", "high", "format"]
+_NAMES = ["run", "tag", "columns", "start", "end", "reduction", "low", "high", "format",
+          "patience", "run_a", "run_b", "target", "last"]
 _NUMBERS = [
     "0", "1", "-1", "2", "7", "8", "1000", "20000", "20001", "-0", "+5", " 5", "5 ", "0x10",
     "1_000", "١٢", "1e3", "1.5", "nan", "NaN", "inf", "-inf", "Infinity", "1e-4", "1e-2",
@@ -129,6 +131,8 @@ def _valid_query(rng: random.Random, route: str) -> list[tuple[str, str]]:
             params.append(("low", rng.choice(["1e-6", "1e-4", "0.01", "5e-324"])))
         if rng.random() < 0.5:
             params.append(("high", rng.choice(["1e-2", "0.5", "1e308"])))
+        if rng.random() < 0.5:
+            params.append(("patience", rng.choice(["1", "5", "1000"])))
         return params
     if route == "series":
         return [("run", run), ("tag", rng.choice(tags + [metadata.LEARNING_RATE_TAG, "_wur/skipped_step"]))]
@@ -136,6 +140,22 @@ def _valid_query(rng: random.Random, route: str) -> list[tuple[str, str]]:
         return [("run", run), ("tag", tags[0])]
     if route == "export":
         return [("run", run), ("format", rng.choice(["csv", "json"]))]
+    if route == "line_search":
+        return [("run", run)]
+    if route == "compare":
+        params = [("run_a", run), ("run_b", rng.choice(list(RUNS)))]
+        for name, values in [("columns", ["1", "3", "1000"]), ("start", ["-5", "0", "3"]),
+                             ("end", ["3", "100"])]:
+            if rng.random() < 0.4:
+                params.append((name, rng.choice(values)))
+        return params
+    if route == "suggestions":
+        params = [("run", run)]
+        if rng.random() < 0.5:
+            params.append(("target", rng.choice(["1e-3", "0.5", "5e-324"])))
+        if rng.random() < 0.5:
+            params.append(("last", rng.choice(["1", "10", "100000"])))
+        return params
     return []
 
 
@@ -234,6 +254,12 @@ def _check_ok(route: str, params: dict, response, body: bytes) -> None:
             assert sorted(run["tags"]) == sorted(RUNS[run["run"]])
             assert arrays[run["codes"]].shape == (len(run["tags"]) * header["columns"],)
         assert len(arrays["column_start"]) == header["columns"]
+    elif route == "compare":
+        assert content_type == "application/octet-stream"
+        header, arrays = heatmap_wire.unpack(body)
+        assert (header["run_a"], header["run_b"]) == (params["run_a"][0], params["run_b"][0])
+        assert arrays["codes"].shape == (len(header["tags"]) * header["columns"],)
+        assert sorted(l["tag"] for l in header["ranking"]) == sorted(header["tags"])
     elif route == "export":
         text = body.decode("utf-8")
         if params["format"] == ["csv"]:
