@@ -249,3 +249,33 @@ def test_exit_status_of_the_console_script(logdir, tmp_path, args, status, reaso
         assert reason in done.stderr and not done.stdout
     else:
         assert "run a/train" in done.stdout or "run c/eval" in done.stdout
+
+
+def test_compare_route_matches_the_report(logdir, backend, capsys):
+    from tb_wur_plugin import heatmap_wire
+
+    response = backend.client.get("/data/plugin/wur/compare", query_string={
+        "run_a": "a/train", "run_b": "b/train"}, headers={"Accept-Encoding": "gzip"})
+    assert response.status_code == 200
+    header, arrays = heatmap_wire.unpack(response.get_data())
+    _, out = _report(capsys, logdir, "--format", "json", "--compare", "a/train", "b/train",
+                     "--load_fast", "false")
+    assert header["ranking"] == json.loads(out)["compare"]["layers"]
+    ea = backend.json("export", run="a/train", format="json")
+    eb = backend.json("export", run="b/train", format="json")
+    cells = heatmap_wire.decode_cells(arrays["codes"]).reshape(len(header["tags"]), header["columns"])
+    steps = arrays["column_first"]
+    skipped = _skipped(backend, "a/train")
+    for row, tag in enumerate(header["tags"]):
+        va = {p[1]: float(p[2]) for p in ea[tag]}
+        vb = {p[1]: float(p[2]) for p in eb[tag]}
+        for col, step in enumerate(steps):
+            step = int(step)
+            if step in skipped:
+                assert math.isnan(cells[row, col])  # missing decodes as NaN
+            elif math.isnan(va[step]):
+                assert math.isnan(cells[row, col])
+            elif math.isfinite(va[step]):
+                assert cells[row, col] == pytest.approx(va[step] / vb[step], rel=6e-3)
+    assert backend.get("compare", run_a="a/train").status_code == 400
+    assert backend.get("compare", run_a="a/train", run_b="nope").status_code == 404
