@@ -47,3 +47,8 @@ def test_tf1_benchmark_smoke():
     out = _run("tf1.py")
     for line in ("summary step", "hook: logged step", "hook: other step"):
         assert line in out
+
+
+def test_report_benchmark_smoke():
+    out = _run("report.py")
+    assert "report_s" in out and "flagged" in out
