@@ -115,6 +115,67 @@ def _expected_runs():
     ]
 
 
+PATIENCES = (5, 25, 40)
+
+
+def _report(logdir: str, patience: int) -> dict:
+    """{run: [flagged tags]} of `tb-wur report` (the installed console script) on `logdir`."""
+    exe = shutil.which("tb-wur") or str(Path(sys.executable).with_name("tb-wur"))
+    code, output = _run([exe, "report", logdir, "--format", "json", "--low", "1e-4", "--high", "1e-2",
+                         "--patience", str(patience)], 300)
+    assert code == 0, output
+    report = json.loads(output)
+    return {r["run"]: [l["tag"] for l in r["layers"] if l["flagged"]] for r in report["runs"]}
+
+
+def _points(export: dict, tag: str) -> dict:
+    """{step: ratio} of an exported tag (the last value written at a step counts)."""
+    return {p[1]: float(p[2]) for p in export[tag]}
+
+
+def _expected_comparison(runs: dict, exports: dict, run_a: str, run_b: str) -> dict:
+    """ratio_A / ratio_B per common layer and common step, and the ranking, with numpy from
+    /export (the skipped steps of either run not compared)."""
+    import numpy as np
+
+    info = {r["run"]: r for r in runs["runs"]}
+    skipped = set(info[run_a]["skipped_at"]) | set(info[run_b]["skipped_at"])
+    tags = [t for t in exports[run_a] if t in exports[run_b]]
+    cells, ranking, steps = {}, [], None
+    for tag in tags:
+        a, b = _points(exports[run_a], tag), _points(exports[run_b], tag)
+        common = sorted(set(a) & set(b))
+        steps = common if steps is None else sorted(set(steps) | set(common))
+        va = np.array([a[s] for s in common]); vb = np.array([b[s] for s in common])
+        judged = np.array([s not in skipped for s in common])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = va / vb
+        cells[tag] = {str(s): (float(x) if j else None) for s, x, j in zip(common, q, judged)}
+        ok = judged & np.isfinite(va) & np.isfinite(vb) & (va > 0) & (vb > 0)
+        d = np.abs(np.log10(va[ok]) - np.log10(vb[ok]))
+        ranking.append({"tag": tag, "divergence": float(np.median(d)) if len(d) else None})
+    ranking.sort(key=lambda r: (r["divergence"] is None, -(r["divergence"] or 0), r["tag"]))
+    return {"run_a": run_a, "run_b": run_b, "steps": steps, "cells": cells, "ranking": ranking}
+
+
+def _expected_suggestion(server, runs: dict, exports: dict, run: str, tag: str, target=1e-3, last=10) -> dict:
+    """lr · target / ratio, geometric means over the layer's last `last` logged steps that were
+    judged with a finite positive ratio and learning rate, with numpy from /export and /series."""
+    import numpy as np
+
+    info = next(r for r in runs["runs"] if r["run"] == run)
+    lr_tag = runs["reserved_tags"]["learning_rate"]
+    series = server.get_json(f"/data/plugin/wur/series?run={urllib.parse.quote(run)}&tag={urllib.parse.quote(lr_tag)}")
+    lr = dict(zip(series["steps"], map(float, series["values"])))
+    ratio = _points(exports[run], tag)
+    steps = [s for s in sorted(ratio)[-last:] if s not in info["skipped_at"]
+             and np.isfinite(ratio[s]) and ratio[s] > 0 and s in lr and np.isfinite(lr[s]) and lr[s] > 0]
+    assert steps, (ratio, lr)
+    g_ratio = float(np.exp(np.mean(np.log([ratio[s] for s in steps]))))
+    g_lr = float(np.exp(np.mean(np.log([lr[s] for s in steps]))))
+    return {"run": run, "tag": tag, "target": target, "value": g_lr * target / g_ratio, "steps": len(steps)}
+
+
 @pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
 def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
     label = "fast" if load_fast else "python"
@@ -141,6 +202,23 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
             q = urllib.parse.quote(run)
             exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
             flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]]
+        # the flags for several patiences: /flags, and the same layers as the headless report
+        flags_by_patience = {}
+        for patience in PATIENCES:
+            report = _report(tab_logdir, patience)
+            flags_by_patience[str(patience)] = {}
+            for run in (wur_data.RUN_A, wur_data.RUN_B, wur_data.RUN_C):
+                q = urllib.parse.quote(run)
+                got = server.get_json(f"/data/plugin/wur/flags?run={q}&low=0.0001&high=0.01&patience={patience}")
+                assert got["patience"] == patience, got
+                tags = [l["tag"] for l in got["layers"]]
+                assert sorted(tags) == sorted(report[run]), (patience, run, tags, report[run])
+                flags_by_patience[str(patience)][run] = tags
+        assert flags_by_patience["5"] == flags
+        assert len({json.dumps(v, sort_keys=True) for v in flags_by_patience.values()}) == len(PATIENCES), (
+            "the patiences tested should flag different layers", flags_by_patience)
+        compare = _expected_comparison(runs, exports, wur_data.RUN_A, wur_data.RUN_B)
+        suggestion = _expected_suggestion(server, runs, exports, wur_data.RUN_A, "model/dense/kernel")
         assert wur_data.XSS_TAG in exports[wur_data.RUN_A]
         assert [r["skipped_steps"] for r in runs["runs"]] == [1, 0, 0]
         # the zeros of the skipped step do not make an in-band layer look stalled
@@ -155,13 +233,16 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
                       "worst": "model/dense/bias"},
             "skipped": {"run": wur_data.RUN_A, "step": wur_data.SKIPPED_STEP},
             "line_search": {"run": wur_data.RUN_C, "data": line_search},
+            "flags_by_patience": flags_by_patience, "compare": compare,
+            "suggestion": suggestion, "no_lr_run": wur_data.RUN_B,
         }
         output = _browser(config, tmp_path)
         assert "Traceback" not in server.output()
     for part in ("tooltips match the export", "layer filter works", "run toggle works",
                  "zoom works and survives reloads", "layer detail works", "flags work",
                  "export works", "keyboard navigation works", "grouping by layer works",
-                 "tag and run names are text", "skipped steps are marked", "line search shown"):
+                 "tag and run names are text", "skipped steps are marked", "line search shown",
+                 "patience works", "comparison works", "suggested learning rate works"):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000

@@ -1,5 +1,5 @@
 // The backend routes (tb_wur_plugin/http_api.md), relative to the plugin's base URL.
-import { Heatmap, parseHeatmap } from "./codec";
+import { Codes, Heatmap, parseComparison, parseHeatmap } from "./codec";
 
 export interface LayerInfo {
   tag: string;
@@ -26,8 +26,25 @@ export interface RunInfo {
 /** The tags the plugin writes besides the ratios (from /runs: the frontend names none itself). */
 export interface ReservedTags { learning_rate: string; skipped_step: string; histogram_prefix: string }
 export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags }
+/** Why /flags flags a layer: NaN; +inf after its first update; out of the band (above, below,
+ * both: outside) at `patience` consecutive judged steps. */
+export type FlagReason = "nan" | "inf" | "above" | "below" | "outside";
 export interface FlagInfo {
   tag: string;
+  /** the earliest step of the findings (for a streak: its first step) */
+  since: number;
+  /** the finding at `since` */
+  reason: FlagReason;
+  nan_since: number | null;
+  inf_since: number | null;
+  streak_since: number | null;
+  /** judged steps of the whole streak holding streak_since (0: none) */
+  streak_length: number;
+  median: number | null;
+  last: number;
+  above: number;
+  below: number;
+  nonfinite: number;
   logged_steps: number;
   /** logged steps the optimizer skipped: not judged */
   skipped_steps?: number;
@@ -41,7 +58,22 @@ export interface FlagInfo {
   inf_steps: number;
   first_inf_step: number | null;
 }
-export interface Flags { run: string; low: number; high: number; layers: FlagInfo[] }
+export interface Flags { run: string; low: number; high: number; patience: number; layers: FlagInfo[] }
+/** /compare's ranking: a common layer, by decreasing divergence (median |log10(A/B)|; null
+ * when no step counts). */
+export interface CompareRank { tag: string; divergence: number | null; median_log10_ratio: number | null; steps: number }
+/** /compare: ratio_A / ratio_B per common layer and step, as cell codes (codec.ts). */
+export interface Comparison {
+  runA: string; runB: string; start: number; end: number; columns: number; codes: Codes;
+  columnStart: Float64Array; columnFirst: Float64Array; columnLast: Float64Array; columnCount: Uint32Array;
+  tags: string[];
+  /** row-major [layer][column], layers in the order of `tags` */
+  cells: Uint16Array;
+  ranking: CompareRank[];
+}
+/** /suggestions: per layer the learning rate that brings its ratio to `target`. */
+export interface Suggestion { tag: string; suggested_learning_rate: number | null; ratio: number | null; learning_rate: number | null; steps: number }
+export interface Suggestions { run: string; target: number; last: number; has_learning_rate: boolean; layers: Suggestion[] }
 export interface Series { run: string; tag: string; kind: string; description: string; steps: number[]; wall_times: number[]; values: (number | string)[] }
 /** /line_search: the line search's step size and backtracks per searched step, steps
  * ascending. */
@@ -77,6 +109,16 @@ async function get(path: string, signal?: AbortSignal): Promise<Response> {
   return response;
 }
 
+/** A WUR1 body, inflated here when the browser did not (no Content-Encoding). */
+async function binary(response: Response): Promise<Uint8Array> {
+  let bytes = new Uint8Array(await response.arrayBuffer());
+  if (bytes[0] === 0x1f && bytes[1] === 0x8b) {
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    bytes = new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  return bytes;
+}
+
 /** JSON with TensorBoard's non-finite strings turned into numbers. */
 export function parseJsonNumbers(text: string): unknown {
   return JSON.parse(text, (_k, v) => (v === "NaN" ? NaN : v === "Infinity" ? Infinity : v === "-Infinity" ? -Infinity : v));
@@ -90,15 +132,14 @@ export const api = {
   runs: (signal?: AbortSignal) => getJson<RunsAnswer>("./runs", signal),
   async heatmap(p: { runs: string[]; columns: number; start?: number; end?: number; reduction: string }, signal?: AbortSignal): Promise<Heatmap> {
     const response = await get(`./heatmap?${query({ run: p.runs, columns: p.columns, start: p.start, end: p.end, reduction: p.reduction })}`, signal);
-    let bytes = new Uint8Array(await response.arrayBuffer());
-    if (bytes[0] === 0x1f && bytes[1] === 0x8b) {
-      // not decoded by the browser (no Content-Encoding): inflate here
-      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      bytes = new Uint8Array(await new Response(stream).arrayBuffer());
-    }
-    return parseHeatmap(bytes);
+    return parseHeatmap(await binary(response));
   },
-  flags: (run: string, low: number, high: number, signal?: AbortSignal) => getJson<Flags>(`./flags?${query({ run, low, high })}`, signal),
+  async compare(p: { runA: string; runB: string; columns: number; start?: number; end?: number }, signal?: AbortSignal): Promise<Comparison> {
+    const response = await get(`./compare?${query({ run_a: p.runA, run_b: p.runB, columns: p.columns, start: p.start, end: p.end })}`, signal);
+    return parseComparison(await binary(response));
+  },
+  flags: (run: string, low: number, high: number, patience: number, signal?: AbortSignal) => getJson<Flags>(`./flags?${query({ run, low, high, patience })}`, signal),
+  suggestions: (run: string, signal?: AbortSignal) => getJson<Suggestions>(`./suggestions?${query({ run })}`, signal),
   series: (run: string, tag: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag })}`, signal),
   histograms: (run: string, tag: string, signal?: AbortSignal) => getJson<Histograms>(`./histograms?${query({ run, tag })}`, signal),
   lineSearch: (run: string, signal?: AbortSignal) => getJson<LineSearch>(`./line_search?${query({ run })}`, signal),

@@ -1,8 +1,9 @@
 // The WUR tab: wires the state (state.ts), the loads (api.ts) and the views (toolbar, sidebar,
 // legend, heatmap blocks with their line-search strips, layer detail). Setters mark what is stale; commit() redraws it, once
 // per frame.
-import { api, HttpError } from "./api";
+import { api, HttpError, Suggestions } from "./api";
 import { ColorTables } from "./color";
+import { CompareView, RANKING_WIDTH } from "./compare";
 import { DetailCache, DetailView, fetchDetailData } from "./detail";
 import { el, runColorOf, Tooltip } from "./dom";
 import { exportPng, exportView } from "./export";
@@ -15,6 +16,7 @@ import { rankFlags, Sidebar } from "./sidebar";
 import { Part, RowRef, Scheduler, Store, Zoom } from "./state";
 import { CSS } from "./styles";
 import { themeColors, ThemeWatcher } from "./theme";
+import { RunCache, suggestionText } from "./suggest";
 import { Toolbar } from "./toolbar";
 import type { Band } from "./color";
 
@@ -34,6 +36,11 @@ export class App {
   private readonly detail = new DetailView({ showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(), close: () => this.closeDetail() });
   private readonly cache = new DetailCache((run, tag) => fetchDetailData(run, tag, this.store.runInfo(run), this.store.s.reservedTags));
   private readonly lineSearchCache = new LineSearchCache((run) => api.lineSearch(run));
+  private readonly suggestionsCache = new RunCache<Suggestions>((run) => api.suggestions(run));
+  private readonly compare = new CompareView({
+    pickCompare: (a, b) => this.pickCompare(a, b), showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(),
+  });
+  private compareController: AbortController | null = null;
   private readonly colors = new ColorTables();
   private readonly blocks = new Map<string, HeatmapBlock>();
   private emptyLogdir = false;
@@ -49,7 +56,7 @@ export class App {
 
   mount(body: HTMLElement): void {
     body.append(el("style", { text: CSS }));
-    this.content.append(this.legend.element, this.detail.element, this.heatmaps);
+    this.content.append(this.legend.element, this.detail.element, this.heatmaps, this.compare.element);
     this.root.append(this.toolbar.element, this.errorBox, el("div", { class: "wur-main" }, this.sidebar.element, this.content));
     body.append(this.root, this.tooltip.element);
     this.root.style.setProperty("--label-width", `${LABEL_WIDTH}px`);
@@ -91,6 +98,7 @@ export class App {
       const answer = await api.runs();
       this.cache.clear();
       this.lineSearchCache.clear();
+      this.suggestionsCache.clear();
       this.reloadGeneration++;
       this.errorBox.hidden = true;
       this.emptyLogdir = !answer.runs.length;
@@ -98,9 +106,10 @@ export class App {
       if (this.emptyLogdir) {
         this.store.setHeatmap(null);
         this.store.setFlags([]);
+        this.store.setComparison(null);
         return;
       }
-      await Promise.all([this.loadHeatmap(), this.loadFlags(), this.loadDetail(false), this.loadLineSearch()]);
+      await Promise.all([this.loadHeatmap(), this.loadFlags(), this.loadDetail(false), this.loadLineSearch(), this.loadCompare()]);
     } catch (e) {
       this.showError(e);
     } finally {
@@ -146,20 +155,62 @@ export class App {
   private async loadFlags(): Promise<void> {
     this.flagsController?.abort();
     const controller = (this.flagsController = new AbortController());
-    const runs = this.store.heatmapRuns(), band = this.store.s.band;
+    const runs = this.store.heatmapRuns(), { band, patience } = this.store.s;
     if (!runs.length) {
       this.store.setFlags([]);
       return;
     }
     this.busy(1);
     try {
-      const all = await Promise.all(runs.map((run) => api.flags(run, band.low, band.high, controller.signal)));
+      const all = await Promise.all(runs.map((run) => api.flags(run, band.low, band.high, patience, controller.signal)));
       if (controller.signal.aborted) return;
       this.store.setFlags(rankFlags(all.flatMap((f) => f.layers.map((l) => ({ ...l, run: f.run })))));
     } catch (e) {
       if (!controller.signal.aborted) this.showError(e);
     } finally {
       this.busy(-1);
+    }
+  }
+
+  /** The comparison of the picked runs over the zoomed range: one /compare (on picking the
+   * runs, on zoom, on reload; nothing else fetches it). */
+  private async loadCompare(): Promise<void> {
+    this.compareController?.abort();
+    const pair = this.store.s.comparePair;
+    if (!pair) return;
+    const controller = (this.compareController = new AbortController());
+    const zoom = this.store.s.zoom;
+    this.busy(1);
+    this.store.setCompareLoading(true);
+    try {
+      const c = await api.compare({ runA: pair[0], runB: pair[1], columns: Math.max(60, this.plotWidth() - RANKING_WIDTH), start: zoom?.start, end: zoom?.end }, controller.signal);
+      if (controller.signal.aborted) return;
+      this.store.setComparison(c);
+    } catch (e) {
+      if (controller.signal.aborted) return;
+      if (e instanceof HttpError && e.status === 404) this.store.setComparison(null, "These runs share no layer logged at a common step (in the steps shown).");
+      else this.store.setComparison(null, `Could not compare the runs: ${e instanceof Error ? e.message : String(e)}`);
+    } finally {
+      this.busy(-1);
+    }
+  }
+
+  /** The suggested learning rate of the open layer: /suggestions once per run per reload
+   * (cached), none for a run that logs no learning rate. */
+  private async loadSuggestion(ref: RowRef, generation: number): Promise<void> {
+    if (!this.store.runInfo(ref.run)?.has_learning_rate) {
+      this.detail.setSuggestion(suggestionText(null, ref.tag));
+      return;
+    }
+    const cached = this.suggestionsCache.has(ref.run);
+    if (!cached) this.busy(1);
+    try {
+      const answer = await this.suggestionsCache.get(ref.run);
+      if (generation === this.detailGeneration) this.detail.setSuggestion(suggestionText(answer, ref.tag));
+    } catch (e) {
+      if (generation === this.detailGeneration) this.detail.setSuggestion(`Suggested learning rate: ${e instanceof Error ? e.message : String(e)}`);
+    } finally {
+      if (!cached) this.busy(-1);
     }
   }
 
@@ -191,6 +242,7 @@ export class App {
     const layer = this.store.runInfo(ref.run)?.layers.find((l) => l.tag === ref.tag);
     this.detail.show(ref, this.color(ref.run), layer);
     if (scroll) this.detail.element.scrollIntoView({ block: "nearest" });
+    void this.loadSuggestion(ref, generation);
     const cached = this.cache.has(ref.run, ref.tag);
     if (!cached) this.busy(1);
     try {
@@ -227,6 +279,20 @@ export class App {
   setZoom(zoom: Zoom | null): void {
     this.store.setZoom(zoom);
     void this.loadHeatmap();
+    void this.loadCompare();
+  }
+
+  /** Only the flags change: one /flags a shown run. */
+  setPatience(patience: number): void {
+    this.store.setPatience(patience);
+    void this.loadFlags();
+  }
+
+  /** Both runs picked: one /compare; else the comparison goes. */
+  pickCompare(runA: string, runB: string): void {
+    this.compareController?.abort();
+    this.store.setComparePair(runA && runB ? [runA, runB] : null);
+    void this.loadCompare();
   }
 
   /** Recolors and redraws here; the flags are judged by the server: one /flags a shown run. */
@@ -293,7 +359,8 @@ export class App {
     if (dirty.has("heatmaps") || dirty.has("selection")) this.commitSelection();
     if (dirty.has("legend")) this.commitLegend();
     if (dirty.has("zoom")) this.toolbar.showZoom(s.heatmap, !!s.zoom);
-    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags, s.band, this.store.heatmapRuns().length);
+    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags, s.band, s.patience, this.store.heatmapRuns().length);
+    if (dirty.has("compare")) this.commitCompare();
     if (dirty.has("detail")) this.commitDetail();
   }
 
@@ -362,6 +429,17 @@ export class App {
     if (!s.heatmap) return this.legend.clear();
     const skipped = [...this.blocks.values()].some((b) => b.hasMarks);
     this.legend.update({ domain: this.colors.domain(s.heatmap, s.band), band: s.band, dark: s.dark, colors: themeColors(this.root), skipped });
+  }
+
+  /** The comparison: hidden with no run shown (the tab shows only that message). */
+  private commitCompare(): void {
+    const s = this.store.s;
+    this.compare.element.hidden = !this.store.heatmapRuns().length;
+    if (this.compare.element.hidden) return;
+    this.compare.update({
+      runs: s.runs, comparison: s.comparison, error: s.compareError, loading: s.compareLoading,
+      width: this.lastWidth || this.plotWidth(), dark: s.dark, colors: themeColors(this.root),
+    });
   }
 
   private commitDetail(): void {

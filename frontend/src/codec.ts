@@ -84,8 +84,8 @@ function readArray(bytes: Uint8Array, base: number, spec: ArraySpec): Float64Arr
   }
 }
 
-/** Parses an (already decompressed) WUR1 payload. */
-export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
+/** The header and an array reader of an (already decompressed) WUR1 payload. */
+function readPayload(buffer: ArrayBuffer | Uint8Array): { header: any; get: (name: string) => Float64Array | Uint32Array | Uint16Array } {
   const bytes = buffer instanceof Uint8Array ? buffer : new Uint8Array(buffer);
   if (bytes.length < 8 || bytes[0] !== 0x57 || bytes[1] !== 0x55 || bytes[2] !== 0x52 || bytes[3] !== 0x31) {
     throw new Error("not a WUR1 heatmap payload");
@@ -101,9 +101,17 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
     if (!spec) throw new Error(`heatmap payload lacks array ${name}`);
     return readArray(bytes, base, spec);
   };
+  return { header, get };
+}
+
+const toF64 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Float64Array ? a : Float64Array.from(a));
+const toU32 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Uint32Array ? a : Uint32Array.from(a));
+
+/** Parses an (already decompressed) WUR1 payload of /heatmap. */
+export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
+  const { header, get } = readPayload(buffer);
   const columns: number = header.columns;
   const codes = parseCodes(header.codes);
-  const toF64 = (a: Float64Array | Uint32Array | Uint16Array) => (a instanceof Float64Array ? a : Float64Array.from(a));
   const count = get("column_count");
   const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string; skipped?: string }[]).map((r) => {
     const codes = get(r.codes);
@@ -125,6 +133,22 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
     columnLast: toF64(get("column_last")),
     columnCount: count instanceof Uint32Array ? count : Uint32Array.from(count),
     runs,
+  };
+}
+
+/** Parses a (decompressed) WUR1 payload of /compare: ratio_A / ratio_B as cell codes, and
+ * the ranking of the common layers. */
+export function parseComparison(buffer: ArrayBuffer | Uint8Array): import("./api").Comparison {
+  const { header, get } = readPayload(buffer);
+  const columns: number = header.columns, tags: string[] = header.tags;
+  const codes = parseCodes(header.codes);
+  const cells = get("codes");
+  if (!(cells instanceof Uint16Array)) throw new Error("comparison codes must be uint16");
+  if (cells.length !== tags.length * columns) throw new Error("comparison codes do not match tags x columns");
+  return {
+    runA: header.run_a, runB: header.run_b, start: header.start, end: header.end, columns, codes,
+    columnStart: toF64(get("column_start")), columnFirst: toF64(get("column_first")), columnLast: toF64(get("column_last")),
+    columnCount: toU32(get("column_count")), tags, cells, ranking: header.ranking ?? [],
   };
 }
 
@@ -169,8 +193,11 @@ export function codeLog10(code: number, c: Codes): number {
   return Math.log10(m) + k;
 }
 
+/** What the columns of /heatmap and /compare have in common. */
+export type ColumnAxis = Pick<Heatmap, "columns" | "end" | "columnStart" | "columnFirst" | "columnLast" | "columnCount">;
+
 /** Inclusive step range [first, last] covered by column `k`. */
-export function columnRange(h: Heatmap, k: number): [number, number] {
+export function columnRange(h: ColumnAxis, k: number): [number, number] {
   const start = h.columnStart[k];
   const end = k + 1 < h.columns ? h.columnStart[k + 1] - 1 : h.end;
   return [start, end];

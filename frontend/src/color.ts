@@ -1,7 +1,7 @@
 // Color of a cell: log10(ratio) on viridis (perceptually uniform, from d3-scale-chromatic)
 // over a domain shared by every heatmap on screen; fixed, distinct colors for the special
 // cells. Colors are packed as RGBA in a Uint32 (little-endian ImageData byte order).
-import { interpolateViridis } from "d3-scale-chromatic";
+import { interpolatePuOr, interpolateViridis } from "d3-scale-chromatic";
 import { cellKind, codeLog10, Codes, Heatmap } from "./codec";
 
 export type Special = "missing" | "zero" | "tiny" | "inf" | "huge" | "nan";
@@ -142,4 +142,61 @@ export class ColorTables {
     if (this.last?.key !== key) this.last = { key, table: codeColorTable(d, { dark }, h.codes) };
     return this.last.table;
   }
+}
+
+// --- the comparison's diverging scale ---------------------------------------------------
+
+/** Colors of the comparison's special cells (quotient ratio_A / ratio_B). */
+export type CompareSpecial = "missing" | "zero" | "inf" | "nan";
+export function compareSpecialColors(theme: Theme): Record<CompareSpecial, string> {
+  return { missing: theme.dark ? "#3c4043" : "#bdc1c6", zero: "#000000", inf: "#ff2bd6", nan: "#e8000b" };
+}
+export const COMPARE_SPECIAL_MEANING: Record<CompareSpecial, string> = {
+  missing: "not compared (a run did not log the step, or skipped it)",
+  zero: "0: only B moved",
+  inf: "+inf: only A moved",
+  nan: "NaN in either run",
+};
+
+/** The comparison's domain in log10(A/B): symmetric around 0 (A/B = 1), a whole number of
+ * decades covering the data's largest |log10| (at least one decade). */
+export function divergingDomain(dataLo: number, dataHi: number): Domain {
+  let m = 1;
+  for (const x of [dataLo, dataHi]) if (Number.isFinite(x)) m = Math.max(m, Math.ceil(Math.abs(x) - 1e-9));
+  return { lo: -m, hi: m };
+}
+
+/** Color of log10(A/B) = x in a symmetric domain: PuOr (d3-scale-chromatic) with its white
+ * centre at A/B = 1, orange where A's ratio is the larger, purple where B's is. */
+export function divergingColor(x: number, d: Domain): string {
+  return interpolatePuOr(domainPosition(x, d));
+}
+
+let divergingRampCache: Uint32Array | null = null;
+/** PuOr sampled at RAMP_SIZE points, from log10 = lo (B larger) to hi (A larger). */
+export function divergingRamp(): Uint32Array {
+  if (!divergingRampCache) {
+    divergingRampCache = new Uint32Array(RAMP_SIZE);
+    for (let i = 0; i < RAMP_SIZE; i++) divergingRampCache[i] = packRGBA(...parseCssColor(interpolatePuOr(i / (RAMP_SIZE - 1))));
+  }
+  return divergingRampCache;
+}
+
+/** Every uint16 code of a comparison -> packed RGBA: value codes on the diverging ramp (tiny
+ * and huge clamped to its ends), the specials in their own colors. */
+export function compareColorTable(d: Domain, theme: Theme, c: Codes): Uint32Array {
+  const table = new Uint32Array(65536);
+  const specials = compareSpecialColors(theme);
+  const special = (kind: CompareSpecial) => packRGBA(...parseCssColor(specials[kind]));
+  const v = divergingRamp();
+  const last = c.first_value + (c.max_exponent - c.min_exponent + 1) * c.mantissas - 1;
+  for (let code = 0; code < table.length; code++) {
+    const kind = cellKind(code, c);
+    if (kind === "value" && code <= last) table[code] = v[Math.round(domainPosition(codeLog10(code, c), d) * (RAMP_SIZE - 1))];
+    else if (kind === "value" || kind === "huge") table[code] = v[RAMP_SIZE - 1];
+    else if (kind === "tiny") table[code] = v[0];
+    else if (kind === "missing" || kind === "zero" || kind === "inf") table[code] = special(kind);
+    else table[code] = special("nan");
+  }
+  return table;
 }

@@ -10,6 +10,7 @@ import { el } from "./dom";
 import { formatRatio, formatShortRatio, formatStep } from "./format";
 import { lineSearchAt } from "./line_search";
 import type { RowRef, Zoom } from "./state";
+import { SUGGESTION_CAVEAT } from "./suggest";
 import type { ChartColors } from "./theme";
 
 export interface DetailData {
@@ -107,6 +108,8 @@ export class DetailView {
   private readonly histTitle = el("div", { class: "wur-chart-title", text: "Distribution of the elementwise ratios |Δw_i|/|w_i| (each step's column scaled to its largest bucket)" });
   private readonly hist = el("canvas", { "data-testid": "wur-detail-histogram", role: "img", "aria-label": "Distribution of the elementwise ratios over steps" });
   private readonly noHist = el("div", { class: "wur-meta", text: "No histograms were logged for this layer (histograms=True in the callback or watch logs them)." });
+  private readonly suggestion = el("div", { class: "wur-suggestion", "data-testid": "wur-suggested-lr" });
+  private readonly caveat = el("div", { class: "wur-meta", "data-testid": "wur-suggested-lr-caveat", text: SUGGESTION_CAVEAT });
   private readonly charts = el("div", { hidden: true }, this.ratioTitle, this.ratio, this.lrTitle, this.lr, this.stepSizeTitle, this.stepSize, this.histTitle, this.hist, this.noHist);
   private ref: RowRef | null = null;
   private layer: LayerInfo | undefined;
@@ -118,7 +121,7 @@ export class DetailView {
     close.addEventListener("click", () => host.close());
     this.element.append(
       el("div", { class: "wur-detail-head" }, this.swatch, this.heading, this.runMeta, el("span", { class: "wur-spacer" }), close),
-      this.description, this.status, this.charts,
+      this.description, this.suggestion, this.caveat, this.status, this.charts,
     );
     this.ratio.addEventListener("mousemove", (e) => this.ratioReadout(e));
     this.hist.addEventListener("mousemove", (e) => this.histReadout(e));
@@ -146,8 +149,15 @@ export class DetailView {
     this.ratio.setAttribute("aria-label", `Ratio of ${ref.tag} over steps, log scale`);
     this.data = null;
     this.drawn = null;
+    this.setSuggestion("");
     this.setStatus("Loading…", false);
     this.element.hidden = false;
+  }
+
+  /** The suggested learning rate's text (suggest.ts), or "" while it loads. */
+  setSuggestion(text: string): void {
+    this.suggestion.textContent = text;
+    this.suggestion.hidden = this.caveat.hidden = !text;
   }
 
   setData(data: DetailData): void {

@@ -1,6 +1,6 @@
 // Text shown to the user: ratios, steps, ticks (d3-scale's), tooltips. Pure functions.
 import { scaleLinear, scaleLog } from "d3-scale";
-import { cellKind, codeLog10, Codes, decodeCode, Heatmap, columnRange } from "./codec";
+import { cellKind, codeLog10, Codes, ColumnAxis, decodeCode, Heatmap, columnRange } from "./codec";
 
 /** A ratio to 3 significant digits, as JavaScript's toPrecision(3) writes it. */
 export function formatRatio(value: number): string {
@@ -60,7 +60,7 @@ export function decadeTicks(lo: number, hi: number, max = 8): number[] {
 }
 
 /** "step 40" for a column holding one logged step, else "steps 40–49". */
-export function columnLabel(h: Heatmap, k: number): string {
+export function columnLabel(h: ColumnAxis, k: number): string {
   if (h.columnCount[k] === 1 && !Number.isNaN(h.columnFirst[k])) return `step ${formatStep(h.columnFirst[k])}`;
   const [a, b] = columnRange(h, k);
   if (a === b) return `step ${formatStep(a)}`;

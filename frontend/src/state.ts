@@ -1,7 +1,7 @@
 // The tab's state, its setters and the one-frame commit (uPlot's discipline): a setter changes
 // the state and marks what it made stale; one requestAnimationFrame later, ONE commit redraws
 // what is marked. No setter draws. Pure: no DOM here (the scheduler takes its frame function).
-import type { FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
+import type { Comparison, FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
 import type { Heatmap } from "./codec";
 import { Band, DEFAULT_BAND } from "./color";
 
@@ -14,7 +14,10 @@ export type Part =
   | "zoom"      // the zoom label and the reset button
   | "flags"     // the flags list and its note
   | "lineSearch" // the line-search strips above the heatmaps (no canvas redraw of the cells)
+  | "compare"   // the run comparison (pickers, its heatmap, legend, ranking)
   | "detail";   // the open layer's charts
+
+export const DEFAULT_PATIENCE = 5;
 
 export interface Zoom { start: number; end: number }
 export interface RowRef { run: string; tag: string }
@@ -62,6 +65,13 @@ export interface ViewState {
   reduction: string;
   zoom: Zoom | null;
   band: Band;
+  /** judged steps in a row out of the band before a layer is flagged (/flags' patience) */
+  patience: number;
+  /** the runs compared (A, B), null until both are picked */
+  comparePair: [string, string] | null;
+  comparison: Comparison | null;
+  compareError: string | null;
+  compareLoading: boolean;
   selected: RowRef | null;
   highlight: RowRef | null;
   heatmap: Heatmap | null;
@@ -76,7 +86,8 @@ export interface ViewState {
 export class Store {
   readonly s: ViewState = {
     runs: [], reservedTags: null, deselected: new Set(), layerFilter: null, grouped: false,
-    collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND },
+    collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND }, patience: DEFAULT_PATIENCE,
+    comparePair: null, comparison: null, compareError: null, compareLoading: false,
     selected: null, highlight: null, heatmap: null, flags: [], lineSearch: new Map(), dark: false,
   };
 
@@ -91,7 +102,7 @@ export class Store {
     this.s.reservedTags = reservedTags;
     const withLineSearch = new Set(runs.filter((r) => r.has_line_search === true).map((r) => r.run));
     for (const run of [...this.s.lineSearch.keys()]) if (!withLineSearch.has(run)) this.s.lineSearch.delete(run);
-    this.mark("runs", "heatmaps", "flags", "detail");
+    this.mark("runs", "heatmaps", "flags", "detail", "compare");
   }
 
   /** A run's line search (null: it has none); the same data again marks nothing. */
@@ -103,7 +114,7 @@ export class Store {
 
   setRunShown(run: string, shown: boolean): void {
     if (shown) this.s.deselected.delete(run); else this.s.deselected.add(run);
-    this.mark("runs", "heatmaps", "legend", "zoom", "flags", "detail");
+    this.mark("runs", "heatmaps", "legend", "zoom", "flags", "detail", "compare");
   }
 
   setLayerFilter(filter: RegExp | null): void {
@@ -136,6 +147,32 @@ export class Store {
     this.mark("heatmaps", "legend", "detail");
   }
 
+  /** The patience changes only the flags (judged on the server): nothing is redrawn until
+   * they come in (setFlags). */
+  setPatience(patience: number): void {
+    this.s.patience = patience;
+  }
+
+  /** The runs to compare (null: not both picked); the comparison shown is dropped. */
+  setComparePair(pair: [string, string] | null): void {
+    this.s.comparePair = pair;
+    this.s.comparison = null;
+    this.s.compareError = null;
+    this.mark("compare");
+  }
+
+  setComparison(comparison: Comparison | null, error: string | null = null): void {
+    this.s.comparison = comparison;
+    this.s.compareError = error;
+    this.s.compareLoading = false;
+    this.mark("compare");
+  }
+
+  setCompareLoading(loading: boolean): void {
+    this.s.compareLoading = loading;
+    this.mark("compare");
+  }
+
   setSelected(ref: RowRef | null): void {
     this.s.selected = ref;
     this.mark("selection", "detail");
@@ -158,7 +195,7 @@ export class Store {
 
   setDark(dark: boolean): void {
     this.s.dark = dark;
-    this.mark("heatmaps", "legend", "detail");
+    this.mark("heatmaps", "legend", "detail", "compare");
   }
 
   /** The runs shown, in the order of /runs. */

@@ -38,6 +38,7 @@ body {
 }
 .wur-field input.wur-invalid { border-color: var(--error); }
 .wur-field input[type=text].wur-band { width: 4.5em; }
+.wur-field input[type=text].wur-patience { width: 3em; }
 button, .wur-button {
   font: inherit; font-weight: 500; color: var(--accent-text); background: transparent;
   border: 1px solid var(--border); border-radius: 4px; padding: 3px 10px; cursor: pointer;
@@ -53,14 +54,22 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-error { color: var(--error); background: var(--error-bg); padding: 8px 16px; margin: 8px 16px; border-radius: 4px; white-space: pre-wrap; }
 .wur-hint { color: var(--error); font-size: 12px; }
 .wur-main { display: flex; flex: 1; min-height: 0; align-items: flex-start; }
-.wur-sidebar { width: 260px; flex: none; padding: 12px 16px; border-right: 1px solid var(--border); box-sizing: border-box; }
+.wur-sidebar { width: 320px; flex: none; padding: 12px 16px; border-right: 1px solid var(--border); box-sizing: border-box; }
 .wur-sidebar h2, .wur-content h2 { font-size: 13px; font-weight: 500; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); margin: 12px 0 6px; }
 .wur-sidebar h2:first-child { margin-top: 0; }
 .wur-runs { list-style: none; margin: 6px 0; padding: 0; max-height: 240px; overflow: auto; }
 .wur-runs li label { display: flex; align-items: center; gap: 6px; padding: 2px 0; cursor: pointer; word-break: break-all; }
 .wur-swatch { width: 10px; height: 10px; border-radius: 2px; flex: none; display: inline-block; }
-.wur-flags { list-style: none; margin: 6px 0; padding: 0; }
-.wur-flags button { display: block; width: 100%; text-align: left; color: var(--text); font-weight: 400; margin: 0 0 4px; padding: 4px 6px; }
+.wur-flags { margin: 6px 0; }
+.wur-flags-table { width: 100%; border-collapse: collapse; font-size: 12px; table-layout: fixed; }
+.wur-flags-table th { text-align: left; font-weight: 500; color: var(--muted); border-bottom: 1px solid var(--border); padding: 2px 4px; }
+.wur-flags-table th:nth-child(1) { width: 32%; } .wur-flags-table th:nth-child(2) { width: 22%; } .wur-flags-table th:nth-child(4) { width: 13%; }
+.wur-flags-table td { padding: 3px 4px; vertical-align: top; border-bottom: 1px solid var(--grid); word-break: break-all; }
+.wur-flags-table tbody tr { cursor: pointer; }
+.wur-flags-table tbody tr:hover, .wur-flags-table tbody tr:focus-visible { background: var(--panel); }
+.wur-flag-what { word-break: normal !important; overflow-wrap: anywhere; }
+.wur-flag-since { text-align: right; font-variant-numeric: tabular-nums; }
+.wur-flag-run { color: var(--muted); }
 .wur-flag-tag { font-weight: 500; word-break: break-all; }
 .wur-flag-meta { color: var(--muted); font-size: 12px; }
 .wur-flag-nan { color: var(--error); }
@@ -121,5 +130,11 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-detail-head .wur-spacer { flex: 1; }
 .wur-chart-title { color: var(--muted); font-size: 12px; margin: 8px 0 2px; }
 .wur-detail canvas { display: block; }
+.wur-suggestion { font-size: 12px; margin: 4px 0 0; }
+.wur-compare-section { margin: 16px 0 20px; border-top: 1px solid var(--border); padding-top: 4px; }
+.wur-compare-grid { display: grid; grid-template-columns: var(--label-width) auto 1fr; align-items: start; }
+.wur-compare-grid canvas { display: block; cursor: crosshair; image-rendering: pixelated; }
+.wur-compare-ranking { list-style: none; margin: 0; padding: 0 0 0 8px; font-size: 11px; color: var(--muted); }
+.wur-compare-ranking li { height: 16px; line-height: 16px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .wur-visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 `;

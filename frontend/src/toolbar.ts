@@ -15,6 +15,7 @@ export interface ToolbarHost {
   setReduction(reduction: string): void;
   resetZoom(): void;
   setBand(band: Band): void;
+  setPatience(patience: number): void;
 }
 
 /** The band from the two inputs' text, or what is wrong with it. */
@@ -22,6 +23,14 @@ export function parseBand(lowText: string, highText: string): Band | string {
   const low = Number(lowText), high = Number(highText);
   const ok = low > 0 && high > 0 && Number.isFinite(low) && Number.isFinite(high) && low < high;
   return ok ? { low, high, target: Math.sqrt(low * high) } : "The band needs 0 < low < high (e.g. 1e-4 and 1e-2).";
+}
+
+/** The patience (judged steps in a row out of the band before a layer is flagged) from the
+ * input's text, or what is wrong with it. */
+export function parsePatience(text: string): number | string {
+  const t = text.trim();
+  const n = /^\d+$/.test(t) ? Number(t) : NaN;
+  return Number.isSafeInteger(n) && n >= 1 ? n : "The patience needs a whole number of steps ≥ 1 (e.g. 5).";
 }
 
 export class Toolbar {
@@ -37,6 +46,8 @@ export class Toolbar {
   private readonly low = el("input", { type: "text", class: "wur-band", value: "1e-4", "aria-label": "Lower bound of the healthy band", "data-testid": "wur-band-low" });
   private readonly high = el("input", { type: "text", class: "wur-band", value: "1e-2", "aria-label": "Upper bound of the healthy band", "data-testid": "wur-band-high" });
   private readonly bandHint = el("span", { class: "wur-hint", role: "alert" });
+  private readonly patience = el("input", { type: "text", class: "wur-patience", value: "5", inputmode: "numeric", "aria-label": "Patience: judged steps in a row out of the band before a layer is flagged", "data-testid": "wur-patience" });
+  private readonly patienceHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-patience-error" });
 
   constructor(host: ToolbarHost) {
     for (const [value, label] of REDUCTIONS) this.reduction.append(el("option", { value, text: label }));
@@ -48,6 +59,7 @@ export class Toolbar {
       el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reduction),
       this.resetZoom, this.zoomLabel,
       el("span", { class: "wur-field" }, el("label", { text: "Band" }), this.low, "–", this.high), this.bandHint,
+      el("label", { class: "wur-field", title: "A layer is flagged when its ratio is out of the band at this many judged steps in a row (or NaN, or +inf after its first update)" }, "Patience", this.patience), this.patienceHint,
       this.status,
     );
     this.refresh.addEventListener("click", () => host.refresh());
@@ -70,6 +82,13 @@ export class Toolbar {
         if (ok) host.setBand(band);
       });
     }
+    this.patience.addEventListener("change", () => {
+      const patience = parsePatience(this.patience.value);
+      const ok = typeof patience !== "string";
+      this.patience.classList.toggle("wur-invalid", !ok);
+      this.patienceHint.textContent = ok ? "" : patience;
+      if (ok) host.setPatience(patience);
+    });
   }
 
   clearLayerFilter(): void {

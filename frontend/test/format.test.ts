@@ -110,14 +110,37 @@ test("the band from its two inputs", () => {
   for (const [a, b] of [["1e-2", "1e-4"], ["0", "1"], ["x", "1"], ["1e-4", "Infinity"]]) assert.equal(typeof parseBand(a, b), "string", `${a}, ${b}`);
 });
 
-import { flagText, rankFlags } from "../src/sidebar";
-test("flags: NaN first, then by the fraction out of band; what a flag says", () => {
-  const flag = (run: string, tag: string, nan: number, fraction: number) => ({
-    run, tag, logged_steps: 30, skipped_steps: 1, out_of_band_fraction: fraction, below_steps: 0, above_steps: 29,
-    first_out_of_band_step: 0, last_out_of_band_step: 145, nan_steps: nan, first_nan_step: nan ? 10 : null, inf_steps: 0, first_inf_step: null,
-  });
-  const ranked = rankFlags([flag("b", "x", 0, 0.5), flag("a", "y", 0, 0.9), flag("a", "z", 1, 0.1), flag("a", "x", 0, 0.5)]);
-  assert.deepEqual(ranked.map((f) => `${f.run}/${f.tag}`), ["a/z", "a/y", "a/x", "b/x"]);
-  assert.equal(flagText(ranked[1]), "90% of 29 steps out (29 above, 0 below), since step 0; 1 skipped step not judged");
-  assert.match(flagText(ranked[0]), /^NaN at 1 step since step 10; /);
+import { flagText, rankFlags, reasonText } from "../src/sidebar";
+import type { FlagInfo } from "../src/api";
+export function flagOf(run: string, tag: string, over: Partial<FlagInfo>): FlagInfo & { run: string } {
+  return {
+    run, tag, since: 0, reason: "above", nan_since: null, inf_since: null, streak_since: 0, streak_length: 5,
+    median: 1e-3, last: 1e-3, above: 5, below: 0, nonfinite: 0, logged_steps: 30, skipped_steps: 0,
+    out_of_band_fraction: 0.2, below_steps: 0, above_steps: 5, first_out_of_band_step: 0, last_out_of_band_step: 20,
+    nan_steps: 0, first_nan_step: null, inf_steps: 0, first_inf_step: null, ...over,
+  };
+}
+test("flags: NaN first, then by since, then tag, then run (as /flags orders them)", () => {
+  const ranked = rankFlags([
+    flagOf("b", "x", { since: 5 }), flagOf("a", "y", { since: 5 }), flagOf("a", "z", { since: 40, reason: "nan", nan_since: 40 }),
+    flagOf("a", "x", { since: 5 }), flagOf("a", "w", { since: 0 }),
+  ]);
+  assert.deepEqual(ranked.map((f) => `${f.run}/${f.tag}`), ["a/z", "a/w", "a/x", "b/x", "a/y"]);
+});
+test("what a flag says: the reason in words, the other findings, the skipped steps", () => {
+  assert.equal(reasonText({ reason: "nan", streak_length: 0 }), "NaN");
+  assert.equal(reasonText({ reason: "inf", streak_length: 0 }), "+inf after first update");
+  assert.equal(reasonText({ reason: "above", streak_length: 12 }), "above band for 12 steps");
+  assert.equal(reasonText({ reason: "below", streak_length: 1 }), "below band for 1 step");
+  assert.equal(reasonText({ reason: "outside", streak_length: 7 }), "outside band for 7 steps");
+  assert.equal(flagText(flagOf("a", "t", { reason: "above", streak_length: 29, skipped_steps: 1 })), "above band for 29 steps; 1 skipped step not judged");
+  assert.equal(flagText(flagOf("a", "t", { reason: "nan", nan_since: 10, since: 10, streak_since: 15, streak_length: 6 })), "NaN; out of band for 6 steps from step 15");
+  assert.equal(flagText(flagOf("a", "t", { reason: "inf", inf_since: 5, nan_since: 10, streak_since: null, streak_length: 0 })), "+inf after first update; NaN at step 10");
+});
+
+import { parsePatience } from "../src/toolbar";
+test("the patience: a whole number of steps >= 1", () => {
+  assert.equal(parsePatience("5"), 5);
+  assert.equal(parsePatience(" 12 "), 12);
+  for (const t of ["0", "-1", "2.5", "x", "", "1e3", "Infinity"]) assert.equal(typeof parsePatience(t), "string", t);
 });

@@ -406,6 +406,15 @@ async function interact(page, f, want) {
     const mine = flagTags.filter((x) => x[0] === run).map((x) => x[1]);
     check(JSON.stringify(mine) === JSON.stringify(tags), `flags of ${run}: ${JSON.stringify(mine)}, want ${JSON.stringify(tags)}`);
   }
+  {
+    // one table: a header row (layer, run, what, since), a row per flagged layer
+    const table = f.locator('[data-testid="wur-flags"] table');
+    check(await table.count() === 1, "the flags are not one table");
+    const heads = await table.locator("th").allInnerTexts();
+    check(JSON.stringify(heads.map((h) => h.trim().toLowerCase())) === JSON.stringify(["layer", "run", "what", "since"]), `flag table columns: ${JSON.stringify(heads)}`);
+    const row = table.locator(`[data-testid="wur-flag"][data-tag="${config.nan_tag}"]`).first();
+    check(await row.evaluate((e) => e.tagName) === "TR" && (await row.locator("td").allInnerTexts())[2].startsWith("NaN"), `the NaN layer's row: ${await row.innerText()}`);
+  }
   const nanFirst = flagTags[0];
   check(nanFirst[1] === config.nan_tag, `the NaN layer is not flagged first: ${JSON.stringify(flagTags)}`);
   const target = flagTags[flagTags.length - 1];
@@ -432,6 +441,10 @@ async function interact(page, f, want) {
   await f.locator('[data-testid="wur-band-high"]').fill("1e-2");
   await f.locator('[data-testid="wur-band-high"]').press("Tab");
   log(`flags work (${before} flagged, ${after} with a wider band)`);
+  await patienceFlags(page, f, want);
+
+  if (config.compare) await compareRuns(page, f, want);
+  if (config.suggestion) await suggestedRate(page, f, want);
 
   // export: CSV and JSON from the backend, PNG of the canvas
   const section = f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).locator("xpath=ancestor::section");
@@ -537,6 +550,17 @@ async function noRefetch(page, f, want) {
     check(now !== before, `the detail's band was not redrawn for low ${low}`);
     before = now;
   }
+  // the patience: the flags of each shown run, with it, nothing else
+  for (const patience of ["3", "5"]) {
+    const from = wurRequests.length;
+    const got = await requestsDuring(page, f, async () => {
+      await f.locator('[data-testid="wur-patience"]').fill(patience);
+      await f.locator('[data-testid="wur-patience"]').press("Tab");
+    });
+    expectRequests(got, want.map(() => "flags"), `patience ${patience}`);
+    const asked = wurRequests.slice(from).map((u) => new URL(u).searchParams.get("patience"));
+    check(asked.every((p) => p === patience), `patience ${patience} sent as ${JSON.stringify(asked)}`);
+  }
   // the zoom: one heatmap, nothing else; the detail follows the range
   await f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).scrollIntoViewIfNeeded();
   const a = await cellCenter(f, first.run, 0, 2), b = await cellCenter(f, first.run, 0, 9);
@@ -557,6 +581,154 @@ async function noRefetch(page, f, want) {
   expectRequests(got, ["heatmap"], "reset zoom");
   check((await pixels()) === before, "the detail after the reset differs from before the zoom");
   log("no refetch on theme, band (flags only) or zoom (heatmap only) changes");
+}
+
+/** The flags table for each patience lists exactly the layers of /flags (and of the report:
+ * tests/test_frontend.py) for the same band and patience, in its order; an invalid patience
+ * says so and asks for nothing. */
+async function patienceFlags(page, f, want) {
+  const input = f.locator('[data-testid="wur-patience"]');
+  const table = async () => f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => [e.dataset.run, e.dataset.tag]));
+  const counts = [];
+  for (const [patience, byRun] of Object.entries(config.flags_by_patience)) {
+    await input.fill(patience);
+    await input.press("Tab");
+    await settled(page, f);
+    const rows = await table();
+    for (const [run, tags] of Object.entries(byRun)) {
+      const mine = rows.filter((x) => x[0] === run).map((x) => x[1]);
+      check(JSON.stringify(mine) === JSON.stringify(tags), `patience ${patience}: flags of ${run} ${JSON.stringify(mine)}, want ${JSON.stringify(tags)}`);
+    }
+    check(rows.length === Object.values(byRun).flat().length, `patience ${patience}: ${rows.length} rows`);
+    counts.push(`${patience}: ${rows.length}`);
+  }
+  for (const bad of ["0", "2.5", "x"]) {
+    const got = await requestsDuring(page, f, async () => {
+      await input.fill(bad);
+      await input.press("Tab");
+    });
+    expectRequests(got, [], `invalid patience ${bad}`);
+    const hint = await f.locator('[data-testid="wur-patience-error"]').innerText();
+    check(/whole number/.test(hint) && await input.evaluate((e) => e.classList.contains("wur-invalid")), `invalid patience ${bad}: hint "${hint}"`);
+  }
+  await input.fill("5");
+  await input.press("Tab");
+  await settled(page, f);
+  check(await f.locator('[data-testid="wur-patience-error"]').innerText() === "", "the patience hint stays");
+  log(`patience works (${counts.join(", ")} flagged)`);
+}
+
+/** Two runs compared: one heatmap of ratio_A / ratio_B over their common layers and steps,
+ * rows by divergence, every cell's tooltip and the ranking against numpy (from /export, in
+ * tests/test_frontend.py); fetched on picking the runs and on zoom only. */
+async function compareRuns(page, f, want) {
+  const c = config.compare;
+  const canvas = f.locator('[data-testid="wur-compare"]');
+  let got = await requestsDuring(page, f, async () => {
+    await f.locator('[data-testid="wur-compare-a"]').selectOption(c.run_a);
+  });
+  expectRequests(got, [], "picking run A only");
+  got = await requestsDuring(page, f, async () => {
+    await f.locator('[data-testid="wur-compare-b"]').selectOption(c.run_b);
+    await f.locator(`[data-testid="wur-compare"][data-run-a="${c.run_a}"][data-run-b="${c.run_b}"]`).waitFor();
+  });
+  expectRequests(got, ["compare"], "picking run B");
+  const attrs = await canvas.evaluate((e) => ({ rows: +e.dataset.rows, cols: +e.dataset.cols }));
+  check(attrs.rows === c.ranking.length && attrs.cols === c.steps.length, `comparison ${JSON.stringify(attrs)}, want ${c.ranking.length} x ${c.steps.length}`);
+  // the ranking: order and divergence to 3 significant digits
+  const ranked = await f.locator('[data-testid="wur-compare-ranking"] li').evaluateAll((els) => els.map((e) => [e.dataset.tag, e.textContent]));
+  check(JSON.stringify(ranked.map((r) => r[0])) === JSON.stringify(c.ranking.map((r) => r.tag)), `ranking ${JSON.stringify(ranked)}, want ${JSON.stringify(c.ranking)}`);
+  for (const [i, r] of c.ranking.entries()) {
+    check(ranked[i][1].includes(`divergence ${Number(r.divergence).toPrecision(3)}`), `ranking of ${r.tag}: "${ranked[i][1]}", want divergence ${r.divergence}`);
+  }
+  // every cell (rows in ranking order) against numpy's ratio_A / ratio_B
+  await canvas.scrollIntoViewIfNeeded();
+  const box = await canvas.boundingBox();
+  const tip = f.locator('[data-testid="wur-tooltip"]');
+  let n = 0;
+  for (const [row, r] of c.ranking.entries()) {
+    for (const [k, step] of c.steps.entries()) {
+      await page.mouse.move(box.x + ((k + 0.5) * box.width) / attrs.cols, box.y + ((row + 0.5) * box.height) / attrs.rows);
+      await tip.waitFor({ state: "visible" });
+      const lines = (await tip.innerText()).split("\n");
+      const q = c.cells[r.tag][String(step)];
+      const want = q === null || q === undefined ? null : `A/B ${Number(q).toPrecision(3)}`;
+      check(lines[0] === r.tag && lines.includes(`step ${step}`) && (want ? lines.includes(want) : lines.some((l) => l.startsWith("A/B not compared"))),
+        `comparison tooltip at ${r.tag}, step ${step}: ${JSON.stringify(lines)}, want ${want ?? "not compared"}`);
+      n++;
+    }
+  }
+  await page.mouse.move(1, 1);
+  const legend = await f.locator('[data-testid="wur-compare-legend"]').innerText();
+  check(legend.includes("ratio_A / ratio_B") && legend.includes("not compared"), `comparison legend: ${legend}`);
+  // a band change does not fetch it; a zoom does (with the heatmap), over the zoomed steps
+  got = await requestsDuring(page, f, async () => {
+    await f.locator('[data-testid="wur-band-low"]').fill("1e-5");
+    await f.locator('[data-testid="wur-band-low"]').press("Tab");
+  });
+  expectRequests(got, want.map(() => "flags"), "band change with a comparison shown");
+  await f.locator('[data-testid="wur-band-low"]').fill("1e-4");
+  await f.locator('[data-testid="wur-band-low"]').press("Tab");
+  const first = want[0];
+  await f.locator(`[data-testid="wur-heatmap"][data-run="${first.run}"]`).scrollIntoViewIfNeeded();
+  const a = await cellCenter(f, first.run, 0, 2), b = await cellCenter(f, first.run, 0, 9);
+  got = await requestsDuring(page, f, async () => {
+    await page.mouse.move(a.x, a.y);
+    await page.mouse.down();
+    await page.mouse.move(b.x, b.y, { steps: 6 });
+    await page.mouse.up();
+    await waitAttrs(f, (x) => x[0].start === first.steps[2], "the zoomed range");
+  });
+  expectRequests(got, ["compare", "heatmap"], "zoom with a comparison shown");
+  const zoomEnd = first.steps[10] - 1;
+  const inZoom = c.steps.filter((s) => s >= first.steps[2] && s <= zoomEnd).length;
+  const cols = +(await canvas.getAttribute("data-cols"));
+  check(cols === inZoom, `comparison columns after zoom: ${cols}, want ${inZoom}`);
+  got = await requestsDuring(page, f, async () => {
+    await f.locator('[data-testid="wur-reset-zoom"]').click();
+    await waitAttrs(f, (x) => x[0].start === first.steps[0], "the reset zoom");
+  });
+  expectRequests(got, ["compare", "heatmap"], "reset zoom with a comparison shown");
+  log(`comparison works (${c.run_a} / ${c.run_b}: ${attrs.rows} layers x ${attrs.cols} steps, ${n} tooltips and the ranking match numpy)`);
+}
+
+/** The layer detail's suggested learning rate against numpy (tests/test_frontend.py), one
+ * /suggestions per run per reload; "learning rate not logged" for a run without one. */
+async function suggestedRate(page, f, want) {
+  const s = config.suggestion;
+  const w = want.find((x) => x.run === s.run);
+  const open = async (run, tag) => {
+    const row = want.find((x) => x.run === run).tags.indexOf(tag);
+    await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').nth(row).click();
+    await f.locator(`[data-testid="wur-detail"][data-run="${run}"][data-tag="${tag}"] [data-testid="wur-detail-ratio"]`).waitFor();
+  };
+  const text = () => f.locator('[data-testid="wur-suggested-lr"]').innerText();
+  // a refresh with a layer open fetches the suggestions once; another layer of the run none
+  let got = await requestsDuring(page, f, async () => {
+    await open(s.run, s.tag);
+    await f.locator('[data-testid="wur-refresh"]').click();
+    await page.waitForTimeout(200);
+  });
+  check(got.filter((r) => r === "suggestions").length === 1, `/suggestions over a refresh: ${JSON.stringify(got)}`);
+  await f.locator('[data-testid="wur-suggested-lr"]', { hasText: "Suggested learning rate" }).waitFor();
+  const value = Number(s.value).toPrecision(3);
+  let t = await text();
+  check(t.includes(`Suggested learning rate ${value} `) && t.includes("for a ratio of 1e-3") && t.includes(`last ${s.steps} judged steps`), `suggested learning rate: "${t}", want ${value} (${s.value})`);
+  const caveat = await f.locator('[data-testid="wur-suggested-lr-caveat"]').innerText();
+  check(/SGD/.test(caveat) && /Adam/.test(caveat) && /momentum/.test(caveat) && /schedules/.test(caveat), `caveat: ${caveat}`);
+  const other = w.tags.find((x) => x !== s.tag && x !== config.nan_tag);
+  got = await requestsDuring(page, f, () => open(s.run, other));
+  check(!got.includes("suggestions"), `opening another layer of ${s.run} asked for ${JSON.stringify(got)}`);
+  t = await text();
+  check(t.startsWith("Suggested learning rate"), `suggestion of ${other}: "${t}"`);
+  // a run that logs no learning rate: said so, nothing asked
+  const noLr = want.find((x) => x.run === config.no_lr_run);
+  got = await requestsDuring(page, f, () => open(noLr.run, noLr.tags[0]));
+  check(!got.includes("suggestions"), `a run without learning rate asked for ${JSON.stringify(got)}`);
+  t = await text();
+  check(t.includes("learning rate not logged"), `suggestion without a learning rate: "${t}"`);
+  await f.locator('[data-testid="wur-detail-close"]').click();
+  log(`suggested learning rate works (${s.tag}: ${value} for 1e-3, numpy ${s.value})`);
 }
 
 /** Every run deselected: the message, and nothing else (no heatmap, legend, zoom label, band
@@ -629,7 +801,7 @@ async function namesAreText(page, f, want) {
   for (const run of runsWithHtml) {
     const flag = f.locator(`[data-testid="wur-flag"][data-run="${run}"]`).first();
     if (!(await flag.count())) continue;
-    check((await flag.innerText()).includes(`run ${run}`), `flag of ${run}: ${await flag.innerText()}`);
+    check(await flag.locator(".wur-flag-run").innerText() === run && await flag.locator(".wur-flag-tag").count() === 1, `flag of ${run}: ${await flag.innerText()}`);
     await flag.hover();
   }
   await noElements("after tooltips, details and flags");
