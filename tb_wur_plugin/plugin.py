@@ -339,9 +339,12 @@ class WURPlugin(base_plugin.TBPlugin):
         if points is None:  # listed, then gone: the run was deleted meanwhile
             raise errors.NotFoundError(f"no histograms of layer {shown(tag)} in run {shown(run)}")
         points = run_data.by_step(points)
-        counts = [p.numpy.astype(np.int64).tolist() for p in points]
-        if any(len(c) != metadata.NUM_BUCKETS for c in counts):
-            raise errors.NotFoundError(f"histograms of {shown(tag)} in run {shown(run)} are malformed")
+        try:  # version 1 (int64 counts) or 2 (varints), by each value's dtype
+            counts = [metadata.decode_histogram(p.numpy).tolist() for p in points]
+        except ValueError:
+            raise errors.NotFoundError(
+                f"histograms of {shown(tag)} in run {shown(run)} are malformed"
+            ) from None
         return {
             "run": run,
             "tag": tag,

@@ -18,18 +18,25 @@ import dataclasses
 import functools
 import logging
 import math
+import operator
 import threading
 from typing import Any, Callable, Hashable, TypeVar
 
 import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors
+from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 from tensorboard.data import provider
 
 from tb_wur_plugin import heatmap, metadata
 from tb_wur_plugin.http_args import shown
 
 logger = logging.getLogger(__name__)
+
+# Tags read per data-provider call when a run's matrix is read (bounds the points held).
+_READ_BATCH_TAGS = 32
+# Scalar listings kept (by experiment and runs asked for) with the Python loader.
+_KEPT_LISTINGS = 64
 
 # A data provider's listing of one series (provider.ScalarTimeSeries or TensorTimeSeries).
 Series = Any
@@ -101,6 +108,22 @@ def ratios_of(scalars: dict[str, dict[str, Series]], run: str) -> dict[str, Seri
 def by_step(points: list) -> list:
     """`points` sorted by step; points of the same step stay in the order they were written."""
     return sorted(points, key=lambda p: p.step)
+
+
+_STEP = operator.attrgetter("step")
+_WALL_TIME = operator.attrgetter("wall_time")
+_VALUE = operator.attrgetter("value")
+
+
+def point_arrays(points: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps int64, wall times float64, values float64) of scalar points, in their order:
+    one pass per field in C (`map` over an attrgetter), no Python code per point."""
+    n = len(points)
+    return (
+        np.fromiter(map(_STEP, points), np.int64, n),
+        np.fromiter(map(_WALL_TIME, points), np.float64, n),
+        np.fromiter(map(_VALUE, points), np.float64, n),
+    )
 
 
 # --- what is read and cached per run ------------------------------------------------------
@@ -200,17 +223,50 @@ class RunData:
         self._matrices = _RunCache(matrix_bytes)
         self._indexes = _RunCache(index_bytes)
         self._run_locks = _RunLocks()
+        self._keep_listings = isinstance(
+            data_provider, multiplexer_provider.MultiplexerDataProvider
+        )
+        self._listings: dict[tuple, tuple[dict, dict]] = {}
+        self._listings_lock = threading.Lock()
 
     def list_scalars(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
     ) -> dict[str, dict[str, Series]]:
-        """The wur scalar series of `runs` (None: all runs), by run and tag."""
-        return self._provider.list_scalars(
-            ctx,
-            experiment_id=experiment,
-            plugin_name=metadata.PLUGIN_NAME,
-            run_tag_filter=provider.RunTagFilter(runs=runs) if runs else None,
+        """The wur scalar series of `runs` (None: all runs), by run and tag.
+
+        With the Python loader, whose listing visits every point held (to find each series'
+        last step and write), the listing is kept while each series' last point (its
+        `read_last_scalars`, one point per series) stays the same.
+        """
+        run_tag_filter = provider.RunTagFilter(runs=runs) if runs else None
+        if not self._keep_listings:
+            return self._provider.list_scalars(
+                ctx, experiment_id=experiment, plugin_name=metadata.PLUGIN_NAME,
+                run_tag_filter=run_tag_filter,
+            )
+        key = (experiment, tuple(runs) if runs else None)
+        last = self._provider.read_last_scalars(  # before the listing: never newer than it
+            ctx, experiment_id=experiment, plugin_name=metadata.PLUGIN_NAME,
+            run_tag_filter=run_tag_filter,
         )
+        probe = {
+            (run, tag): (p.step, p.wall_time)
+            for run, by_tag in last.items() for tag, p in by_tag.items()
+        }
+        with self._listings_lock:
+            kept = self._listings.get(key)
+        if kept is not None and kept[0] == probe:
+            listing = kept[1]
+        else:
+            listing = self._provider.list_scalars(
+                ctx, experiment_id=experiment, plugin_name=metadata.PLUGIN_NAME,
+                run_tag_filter=run_tag_filter,
+            )
+            with self._listings_lock:
+                if len(self._listings) >= _KEPT_LISTINGS:
+                    self._listings.clear()
+                self._listings[key] = (probe, listing)
+        return {run: dict(series) for run, series in listing.items()}  # callers' own copy
 
     def list_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
@@ -333,19 +389,24 @@ class RunData:
         the marker marks skipped)."""
         ratios = listing.ratios
         tags = list(ratios) + ([metadata.SKIPPED_STEP_TAG] if listing.marker is not None else [])
-        data = self.read_scalars(ctx, experiment, run, tags) if ratios else {}
         series, first_wall_time, skipped_steps = [], {}, np.zeros(0, np.int64)
-        for tag, points in data.items():
-            if not points:
-                continue
-            steps = np.fromiter((p.step for p in points), np.int64, len(points))
-            values = np.fromiter((p.value for p in points), np.float64, len(points))
-            steps, values = _last_written(steps, values)
-            if tag in ratios:
-                first_wall_time[tag] = min(points, key=lambda p: (p.step, p.wall_time)).wall_time
-                series.append((tag, steps, values))
-            else:
-                skipped_steps = steps[values >= 0.5]  # the marker: 1 skipped, 0 applied
+        # A few tags per read: the provider's points (a Python object each) of one batch at
+        # a time are held, each tag's turned into arrays and dropped at once.
+        for batch in range(0, len(tags) if ratios else 0, _READ_BATCH_TAGS):
+            data = self.read_scalars(ctx, experiment, run, tags[batch:batch + _READ_BATCH_TAGS])
+            for tag in list(data):
+                points = data.pop(tag)
+                if not points:
+                    continue
+                steps, wall_times, values = point_arrays(points)
+                del points
+                if tag in ratios:
+                    first_wall_time[tag] = float(wall_times[steps == steps.min()].min())
+                steps, values = _last_written(steps, values)
+                if tag in ratios:
+                    series.append((tag, steps, values))
+                else:
+                    skipped_steps = steps[values >= 0.5]  # the marker: 1 skipped, 0 applied
         series.sort(
             key=lambda s: (s[1][0], model_index(ratios[s[0]]), first_wall_time[s[0]], s[0])
         )
