@@ -71,7 +71,7 @@ PLUGIN_NAME = "wur"
 # other kinds are still written as version 1 (unchanged), so that older readers read them.
 PROTOCOL_VERSION = 2
 # The histogram version writers write (1 or 2). Readers read both whatever this says.
-HISTOGRAM_WRITE_VERSION = 1
+HISTOGRAM_WRITE_VERSION = 2
 HISTOGRAM_ENCODING_VARINT = "varint"
 
 KIND_RATIO = "ratio"
@@ -267,7 +267,7 @@ def encode_histogram(counts: Any) -> bytes:
     return groups[k < length[:, None]].astype(np.uint8).tobytes()
 
 
-def decode_histogram(stored: Any, content: Any = None) -> np.ndarray:
+def decode_histogram(stored: Any) -> np.ndarray:
     """The counts of one stored histogram value, int64[NUM_BUCKETS], of either version.
 
     Args:
@@ -275,13 +275,10 @@ def decode_histogram(stored: Any, content: Any = None) -> np.ndarray:
         integer vector of NUM_BUCKETS counts (int64); version 2, a uint8 vector of varints
         (`encode_histogram`). The dtype tells them apart, so that a series whose files mix
         both versions (a run logged before and after an upgrade) reads whole.
-      content: unused (the series' plugin content, bytes or parsed); accepted so that
-        callers can pass it.
 
     Raises:
       ValueError: `stored` is neither (wrong dtype, length, or a truncated varint).
     """
-    del content
     array = np.asarray(stored)
     if array.ndim != 1:
         raise ValueError(f"a stored histogram is a vector, got shape {array.shape}")

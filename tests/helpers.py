@@ -29,9 +29,10 @@ def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
                 if meta is None or meta.plugin_data.plugin_name != metadata.PLUGIN_NAME:
                     continue
                 content = json.loads(meta.plugin_data.content)
-                series[value.tag].append(
-                    (event.step, tensor_util.make_ndarray(value.tensor), content)
-                )
+                stored = tensor_util.make_ndarray(value.tensor)
+                if content["kind"] == metadata.KIND_HISTOGRAM:
+                    stored = metadata.decode_histogram(stored)
+                series[value.tag].append((event.step, stored, content))
     return dict(series)
 
 

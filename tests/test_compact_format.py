@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import csv
 import glob
-import inspect
 import io
 import json
 import os
-import textwrap
 
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ from tensorboard.util import tensor_util
 
 from tb_server import TensorBoardServer
 from tb_wur_plugin import (
-    batched_write, heatmap_wire, metadata, numpy_bucketing, plugin, watch, wur_summary,
+    batched_write, heatmap_wire, metadata, numpy_bucketing, watch, wur_summary,
 )
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
@@ -54,11 +52,6 @@ def _assert_metadata_once(path):
             assert has_metadata == (tag not in seen), (path, tag)
             seen.add(tag)
     return seen
-
-
-@pytest.fixture
-def v2(monkeypatch):
-    monkeypatch.setattr(metadata, "HISTOGRAM_WRITE_VERSION", 2)
 
 
 # --- the varint histogram encoding -------------------------------------------------------
@@ -96,7 +89,7 @@ def test_histogram_content_version_2_names_its_encoding():
 
 # --- metadata once per writer --------------------------------------------------------------
 
-def test_a_traced_watch_reused_across_two_writers_writes_metadata_once_into_each(tmp_path, v2):
+def test_a_traced_watch_reused_across_two_writers_writes_metadata_once_into_each(tmp_path):
     variables = [tf.Variable(tf.ones([4, 3])), tf.Variable(tf.ones([3]))]
     optimizer = tf.keras.optimizers.SGD(0.1)
 
@@ -123,7 +116,7 @@ def test_a_traced_watch_reused_across_two_writers_writes_metadata_once_into_each
         assert len(_events(file)) == 6 and metadata.histogram_tag("Variable") in tags
 
 
-def test_public_ops_and_line_search_write_metadata_once(tmp_path, v2):
+def test_public_ops_and_line_search_write_metadata_once(tmp_path):
     from tb_wur_plugin.armijo.summaries import log_step
     from tb_wur_plugin.armijo.search import StepResult
 
@@ -154,7 +147,7 @@ def test_public_ops_and_line_search_write_metadata_once(tmp_path, v2):
     assert [(s, [t[:2] for t in v]) for s, v in _events(file)] == [(1, [("l/kernel", True)])]
 
 
-def test_the_tf_free_writer_writes_metadata_once_per_file(tmp_path, v2):
+def test_the_tf_free_writer_writes_metadata_once_per_file(tmp_path):
     for restart in range(2):  # a restarted training: a new file, metadata again
         with SummaryWriter(tmp_path) as writer:
             for step in range(3):
@@ -169,7 +162,7 @@ def test_the_tf_free_writer_writes_metadata_once_per_file(tmp_path, v2):
             metadata.LEARNING_RATE_TAG}
 
 
-def test_the_keras_callback_writes_metadata_once(tmp_path, v2):
+def test_the_keras_callback_writes_metadata_once(tmp_path):
     import keras
 
     from tb_wur_plugin.keras import WeightUpdateRatioCallback
@@ -193,7 +186,7 @@ def _tags(layers):
     return [f"dense_{i}/{'kernel' if i % 2 == 0 else 'bias'}" for i in range(layers)]
 
 
-def test_bytes_per_ratio_point_and_per_histogram_meet_the_targets(tmp_path, v2):
+def test_bytes_per_ratio_point_and_per_histogram_meet_the_targets(tmp_path):
     """30 layers x 40 steps (tags "dense_12/kernel"): at most 40 bytes a ratio point, 250 a
     histogram of 53 buckets, with TensorFlow (watch) and without (SummaryWriter)."""
     layers, steps = 30, 40
@@ -360,33 +353,6 @@ def test_the_files_are_of_the_layouts_intended(logdirs):
     _assert_metadata_once(new)
 
 
-# The plugin's /histograms decodes version-2 values once `histograms_impl` calls
-# `metadata.decode_histogram`; until then a shim does it in the server (`_decoding_env`).
-PLUGIN_DECODES_V2 = "decode_histogram" in inspect.getsource(plugin)
-
-
-@pytest.fixture(scope="module")
-def decoding_env(tmp_path_factory):
-    """A PYTHONPATH whose sitecustomize makes the data provider's uint8 histograms decoded
-    (as the one-line change of `histograms_impl` will), when the plugin does not yet."""
-    if PLUGIN_DECODES_V2:
-        return {}
-    shim = tmp_path_factory.mktemp("shim")
-    (shim / "sitecustomize.py").write_text(textwrap.dedent("""
-        import numpy as np
-        from tensorboard.data import provider
-
-        def _numpy(self):
-            if self._numpy.dtype == np.uint8:
-                from tb_wur_plugin import metadata
-                return metadata.decode_histogram(self._numpy)
-            return self._numpy
-
-        provider.TensorDatum.numpy = property(_numpy)
-    """))
-    return {"PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
-
-
 def _read_all(server, run):
     """Every route's answer for `run`, wall times and run names left out where a run of
     the TF summary ops has its own."""
@@ -426,10 +392,7 @@ def _without_wall_times(value):
 
 
 @pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
-def test_old_new_and_mixed_files_read_back_identically(logdirs, decoding_env, load_fast,
-                                                       monkeypatch):
-    for key, value in decoding_env.items():
-        monkeypatch.setenv(key, value)
+def test_old_new_and_mixed_files_read_back_identically(logdirs, load_fast):
     with TensorBoardServer(logdirs, load_fast, ("--samples_per_plugin=wur=0",)) as server:
         server.wait_for(lambda d: len(d["runs"]) == 6 and all(
             r["layers"] and r["layers"][0]["logged_steps"] == STEPS for r in d["runs"]),
