@@ -272,7 +272,9 @@ def test_histograms_are_the_projects_counts_of_the_elementwise_ratios():
         assert metadata.parse_plugin_content(value.metadata.plugin_data.content)["kind"] == \
             metadata.KIND_HISTOGRAM
         assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
-        counts = tensor_util.make_ndarray(value.tensor)
+        stored = tensor_util.make_ndarray(value.tensor)
+        assert stored.dtype == np.uint8  # protocol version 2: varints
+        counts = metadata.decode_histogram(stored)
         assert counts.dtype == np.int64 and counts.shape == (metadata.NUM_BUCKETS,)
         elementwise = np.abs((new - old) / old)  # float32, as the project computes them
         np.testing.assert_array_equal(counts, reference_buckets(elementwise), err_msg=tag)
@@ -294,6 +296,8 @@ def _one_step(gradients: dict, histograms: bool = False) -> tuple[dict, dict]:
             summary = summary_pb2.Summary.FromString(session.run(wur.summary))
             after = session.run(variables)
     values = {v.tag: tensor_util.make_ndarray(v.tensor) for v in summary.value}
+    values = {tag: metadata.decode_histogram(value) if metadata.layer_of_histogram_tag(tag)
+              else value for tag, value in values.items()}
     return values, {n: (before[n], after[n]) for n in gradients}
 
 
