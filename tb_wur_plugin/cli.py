@@ -10,44 +10,31 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import re
 import sys
+from typing import Any, Callable
 
 from tb_wur_plugin.plugin import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
-from tb_wur_plugin import flags, suggest
+from tb_wur_plugin import argument_values, flags, suggest
 
 EXIT_OK, EXIT_FLAGGED, EXIT_ERROR = 0, 1, 2
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
-    return value
+def _argument(parse: Callable[..., Any], *bounds: int) -> Callable[[str], Any]:
+    """An argparse `type=` for `parse` (`argument_values`), its ValueError a usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, *bounds)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
-
-
-def _samples(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {text!r}")
-    return value
+_positive_float = _argument(argument_values.positive_number)
+_positive_int = _argument(argument_values.integer, 1)
+_samples = _argument(argument_values.integer, 0)  # 0: all
 
 
 def _regex(text: str) -> str:

@@ -8,12 +8,13 @@ parameter, 405 for a method other than GET and HEAD.
 from __future__ import annotations
 
 import functools
-import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from tensorboard import context as tb_context
 from tensorboard import errors, plugin_util
 from werkzeug import wrappers
+
+from tb_wur_plugin import argument_values
 
 
 def shown(name: str, limit: int = 100) -> str:
@@ -34,6 +35,14 @@ def request_context(request: wrappers.Request) -> tuple[tb_context.RequestContex
     """(the data provider's request context, the experiment id) of `request`."""
     return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
 
+
+
+def _checked(name: str, parse: Callable[..., Any], text: str, *bounds: int) -> Any:
+    """`parse(text, *bounds)`, its ValueError as a 400 naming the parameter."""
+    try:
+        return parse(text, *bounds)
+    except ValueError as e:
+        raise errors.InvalidArgumentError(f"parameter {name} {e}") from None
 
 def str_arg(request: wrappers.Request, name: str) -> str:
     """The query parameter `name`, given exactly once.
@@ -74,16 +83,7 @@ def int_arg(
     """
     if name not in request.args:
         return default
-    text = str_arg(request, name)
-    try:
-        value = int(text)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"parameter {name} must be an integer, got {text!r:.40}") from None
-    if not low <= value <= high:
-        raise errors.InvalidArgumentError(
-            f"parameter {name} must be in [{low}, {high}], got {shown(text, 40)}"
-        )
-    return value
+    return _checked(name, argument_values.integer, str_arg(request, name), low, high)
 
 
 def ratio_arg(request: wrappers.Request, name: str, default: float) -> float:
@@ -103,14 +103,7 @@ def ratio_arg(request: wrappers.Request, name: str, default: float) -> float:
     """
     if name not in request.args:
         return default
-    text = str_arg(request, name)
-    try:
-        value = float(text)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"parameter {name} must be a number, got {text!r:.40}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise errors.InvalidArgumentError(f"parameter {name} must be a positive finite number")
-    return value
+    return _checked(name, argument_values.positive_number, str_arg(request, name))
 
 
 def choice_arg(

@@ -234,7 +234,7 @@ def _tb_wur():
     (["{logdir}", "--patience", "0"], 2, "at least 1"),
     (["{logdir}", "--format", "xml"], 2, "invalid choice"),
     (["{logdir}", "--compare", "a/train", "nope"], 2, "no run 'nope'"),
-    (["{logdir}", "--last", "x"], 2, "not an integer"),
+    (["{logdir}", "--last", "x"], 2, "must be an integer"),
     ([], 2, "LOGDIR"),
 ])
 def test_exit_status_of_the_console_script(logdir, tmp_path, args, status, reason):
