@@ -30,10 +30,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 from tb_wur_plugin import metadata, recording, watch, watched, wur_summary  # noqa: E402
 from tb_wur_plugin.writer import Counts, SummaryWriter  # noqa: E402
 from tb_wur_plugin.numpy_bucketing import bucket_counts  # noqa: E402
+from old_layout import OldLayoutWriter  # noqa: E402
 
 
 def tags(layers):
@@ -91,17 +93,6 @@ def write_tf(logdir, layers, steps, histograms, old):
         watch.watched_variables = original
 
 
-class _OldWriter(SummaryWriter):
-    def __init__(self, logdir):
-        super().__init__(logdir)
-        self._described = _Forgetful()
-
-
-class _Forgetful(set):
-    def update(self, *args):
-        pass
-
-
 def write_free(logdir, layers, steps, histograms, old):
     rng = np.random.default_rng(0)
     names = tags(layers)
@@ -109,7 +100,7 @@ def write_free(logdir, layers, steps, histograms, old):
     counts = [Counts(bucket_counts(np.exp(rng.normal(np.log(1e-3), 1.0, int(np.prod(s))))))
               for s in shapes(layers)] if histograms else None
     with layout(old):
-        writer = (_OldWriter if old else SummaryWriter)(logdir)
+        writer = (OldLayoutWriter if old else SummaryWriter)(logdir)
         start = time.perf_counter()
         for step in range(steps):
             writer.add_ratios({t: 1e-3 * (1 + 0.5 * np.sin(step + i)) for i, t in enumerate(names)}, step)

@@ -23,6 +23,8 @@ from tb_wur_plugin import (
 )
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
+from old_layout import OldLayoutWriter
+
 LAYERS = ("dense/kernel", "dense/bias", "head/kernel")
 STEPS = 12
 WALL = 1.7e9
@@ -256,25 +258,11 @@ def _raw(layer, step):
     return values
 
 
-class _OldWriter(SummaryWriter):
-    """The TF-free writer as it wrote before protocol version 2: every tag's metadata at
-    every step (its set of described tags stays empty), int64 histograms."""
-
-    def __init__(self, logdir):
-        super().__init__(logdir)
-        self._described = _Forgetful()
-
-
-class _Forgetful(set):
-    def update(self, *args):
-        pass
-
-
 def _write_free(logdir, steps, old, histogram_version):
     previous = metadata.HISTOGRAM_WRITE_VERSION
     metadata.HISTOGRAM_WRITE_VERSION = histogram_version
     try:
-        with (_OldWriter if old else SummaryWriter)(logdir) as writer:
+        with (OldLayoutWriter if old else SummaryWriter)(logdir) as writer:
             for step in steps:
                 writer.add_ratios({t: _ratio(i, step) for i, t in enumerate(LAYERS)}, step,
                                   wall_time=WALL + step)
