@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+from itertools import chain, repeat
 import json
 import math
 import re
@@ -92,13 +93,16 @@ def _csv_field(text: str) -> str:
 def _csv_chunks(points_by_tag: Iterable[tuple[str, Columns]]) -> Iterator[str]:
     yield CSV_HEADER
     for tag, (steps, wall_times, values) in points_by_tag:
-        # what csv.writer writes for (tag, step, repr(wall_time), repr(value)), in bulk
-        row = (_csv_field(tag) + ",{},{!r},{!r}\r\n").format
+        # what csv.writer writes for (tag, step, repr(wall_time), repr(value)), in bulk: the
+        # fields of every row joined at once (the reprs are most of the time)
+        prefix = repeat(_csv_field(tag) + ",")
         for start in range(0, len(steps), _ROWS_PER_CHUNK):
             part = slice(start, start + _ROWS_PER_CHUNK)
-            yield "".join(
-                map(row, steps[part].tolist(), wall_times[part].tolist(), values[part].tolist())
-            )
+            yield "".join(chain.from_iterable(zip(
+                prefix, map(str, steps[part].tolist()), _COMMA,
+                map(repr, wall_times[part].tolist()), _COMMA,
+                map(repr, values[part].tolist()), repeat("\r\n"),
+            )))
 
 
 def _json_number(value: float) -> str:
@@ -116,10 +120,15 @@ def _json_chunks(points_by_tag: Iterable[tuple[str, Columns]]) -> Iterator[str]:
             map(repr, values.tolist()) if np.isfinite(values).all()
             else map(_json_number, values.tolist())
         )
-        rows = ",".join(map("[{!r},{},{}]".format, wall_times.tolist(), steps.tolist(), texts))
+        rows = "".join(chain.from_iterable(zip(
+            chain(["["], repeat("],[")), map(repr, wall_times.tolist()), _COMMA,
+            map(str, steps.tolist()), _COMMA, texts,
+        )))
+        rows = rows + "]" if rows else rows
         yield f"{',' if position else ''}{json.dumps(tag)}:[{rows}]"
     yield "}"
 
 
 # CSV rows formatted and sent at a time.
 _ROWS_PER_CHUNK = 100_000
+_COMMA = repeat(",")
