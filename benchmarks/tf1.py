@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import tempfile
-import time
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -34,6 +32,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tb_wur_plugin.compat import v1 as wur_v1  # noqa: E402
+from training import interleaved, time_per_step  # noqa: E402
 
 v1 = tf.compat.v1
 CONFIG = v1.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=1)
@@ -123,30 +122,14 @@ def main() -> None:
     args = parser.parse_args()
     width, rounds, steps = (64, 2, 3) if args.smoke else (512, args.rounds, args.steps)
     with tempfile.TemporaryDirectory() as logdir:
-        runs = variants(width, logdir)
-        for step in runs.values():  # warm up: first runs build and optimize the graphs
-            for _ in range(3):
-                step()
-        ratios: dict[str, list[float]] = {name: [] for name in runs}
-        bare_ms = []
-        for _ in range(rounds):
-            order = list(runs)
-            random.shuffle(order)
-            times = {}
-            for name in order:
-                start = time.perf_counter()
-                for _ in range(steps):
-                    runs[name]()
-                times[name] = (time.perf_counter() - start) / steps
-            bare_ms.append(times["bare graph"] * 1e3)
-            for name in runs:
-                ratios[name].append(times[name] / times["bare graph"])
+        runs = {name: (lambda n, step=step: [step() for _ in range(n)])
+                for name, step in variants(width, logdir).items()}
+        ratios = interleaved(runs, rounds, steps, baseline="bare graph")
+        bare_ms = [time_per_step(runs["bare graph"], steps) * 1e3 for _ in range(3)]
     print(f"TF1 MLP 784-{width}-{width}-10, batch 128, Adam; {rounds} rounds x {steps} steps; "
           f"bare step {statistics.median(bare_ms):.2f} ms (median)")
     print(f"{'variant':28s} {'ratio to bare step: median [min-max]'}")
     for name, values in ratios.items():
-        if name == "bare graph":
-            continue
         print(f"{name:28s} {statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]")
 
 

@@ -208,18 +208,18 @@ def time_per_step(run: Callable[[int], None], steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def interleaved(functions: dict[str, Callable[[int], None]], rounds: int, steps: int
-                ) -> dict[str, list[float]]:
-    """Per-round ratios of each function's time per step to the bare step's."""
+def interleaved(functions: dict[str, Callable[[int], None]], rounds: int, steps: int,
+                baseline: str = "bare") -> dict[str, list[float]]:
+    """Per-round ratios of each function's time per step to the `baseline` function's."""
     for run in functions.values():  # trace and warm up
         run(2)
-    ratios: dict[str, list[float]] = {name: [] for name in functions if name != "bare"}
+    ratios: dict[str, list[float]] = {name: [] for name in functions if name != baseline}
     for _ in range(rounds):
         names = list(functions)
         random.shuffle(names)
         times = {name: time_per_step(functions[name], steps) for name in names}
         for name in ratios:
-            ratios[name].append(times[name] / times["bare"])
+            ratios[name].append(times[name] / times[baseline])
     return ratios
 
 
