@@ -1,7 +1,8 @@
 // The WUR tab: wires the state (state.ts), the loads (api.ts) and the views (toolbar, sidebar,
 // legend, heatmap blocks with their line-search strips, layer detail). Setters mark what is stale; commit() redraws it, once
 // per frame.
-import { api, HttpError, Suggestions } from "./api";
+import { api, HttpError, LineSearch, Suggestions } from "./api";
+import { RunCache } from "./cache";
 import { ColorTables } from "./color";
 import { CompareView, RANKING_WIDTH } from "./compare";
 import { DetailCache, DetailView, fetchDetailData } from "./detail";
@@ -10,13 +11,12 @@ import { exportPng, exportView } from "./export";
 import { groupName } from "./group";
 import { HeatmapBlock } from "./heatmap_block";
 import { Legend } from "./legend";
-import { LineSearchCache } from "./line_search";
 import { HostChannel } from "./protocol";
 import { rankFlags, Sidebar } from "./sidebar";
 import { Part, RowRef, Scheduler, Store, Zoom } from "./state";
 import { CSS } from "./styles";
 import { themeColors, ThemeWatcher } from "./theme";
-import { RunCache, suggestionText } from "./suggest";
+import { suggestionText } from "./suggest";
 import { Toolbar } from "./toolbar";
 import type { Band } from "./color";
 
@@ -35,7 +35,7 @@ export class App {
   private readonly legend = new Legend();
   private readonly detail = new DetailView({ showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(), close: () => this.closeDetail() });
   private readonly cache = new DetailCache((run, tag) => fetchDetailData(run, tag, this.store.runInfo(run), this.store.s.reservedTags));
-  private readonly lineSearchCache = new LineSearchCache((run) => api.lineSearch(run));
+  private readonly lineSearchCache = new RunCache<LineSearch>((run) => api.lineSearch(run));
   private readonly suggestionsCache = new RunCache<Suggestions>((run) => api.suggestions(run));
   private readonly compare = new CompareView({
     pickCompare: (a, b) => this.pickCompare(a, b), showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(),

@@ -8,11 +8,12 @@ import type { Comparison, CompareRank, RunInfo } from "./api";
 import { cellKind, codeLog10, decodeCode } from "./codec";
 import {
   COMPARE_SPECIAL_MEANING, CompareSpecial, compareColorTable, compareSpecialColors, codeExtent, Domain, divergingDomain,
-  divergingRamp, domainPosition, RAMP_SIZE, unpackRGBA,
+  divergingRamp, domainPosition,
 } from "./color";
 import { el, sameKeys, setAttrs } from "./dom";
 import { cellAt, drawHeatmap } from "./draw";
 import { columnLabel, formatPow10, formatRatio, formatStep } from "./format";
+import { drawScaleBar, SCALE_BAR_H, SCALE_BAR_W, SCALE_X0 } from "./legend";
 import type { ChartColors } from "./theme";
 
 export const COMPARE_ROW_H = 16;
@@ -173,19 +174,8 @@ export class CompareView {
   }
 
   private drawLegend(d: Domain, v: CompareUpdate): void {
-    const W = 360, H = 40, X0 = 10, BAR_W = W - 20, BAR_Y = 6, BAR_H = 12;
-    const dpr = window.devicePixelRatio || 1, c = this.legendCanvas;
-    c.width = W * dpr; c.height = H * dpr;
-    c.style.width = `${W}px`; c.style.height = `${H}px`;
-    const ctx = c.getContext("2d")!;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, W, H);
-    const ramp = divergingRamp();
-    for (let i = 0; i < BAR_W; i++) {
-      const [r, g, b] = unpackRGBA(ramp[Math.round((i / (BAR_W - 1)) * (RAMP_SIZE - 1))]);
-      ctx.fillStyle = `rgb(${r},${g},${b})`;
-      ctx.fillRect(X0 + i, BAR_Y, 1.5, BAR_H);
-    }
+    const X0 = SCALE_X0, BAR_W = SCALE_BAR_W, BAR_Y = 6, BAR_H = SCALE_BAR_H, c = this.legendCanvas;
+    const ctx = drawScaleBar(c, divergingRamp(), 40, BAR_Y);
     ctx.strokeStyle = v.colors.muted;
     ctx.strokeRect(X0, BAR_Y, BAR_W, BAR_H);
     ctx.font = "11px Roboto, Arial, sans-serif";

@@ -4,6 +4,7 @@
 // layer) is cached per (run, tag), so a change of band, theme or zoom redraws it without
 // fetching; only a reload clears the cache. The DOM (canvases, readouts) is built once.
 import { api, HttpError, Histograms, LayerInfo, LineSearch, ReservedTags, RunInfo, Series } from "./api";
+import { KeyedCache } from "./cache";
 import { bucketOf, drawDensity, drawLogLine, log10AtY, nearestIndex, rangeIndices, stepAtX } from "./charts";
 import type { Band } from "./color";
 import { el } from "./dom";
@@ -39,37 +40,9 @@ export async function fetchDetailData(run: string, tag: string, info: RunInfo | 
 
 /** Detail data per (run, tag): one fetch per layer until clear(); a failed fetch is not kept.
  * At most `capacity` layers, the least recently asked for go first. */
-export class DetailCache {
-  private readonly entries = new Map<string, Promise<DetailData>>();
-
-  constructor(private readonly fetch: DetailFetch, private readonly capacity = 32) {}
-
-  get(run: string, tag: string): Promise<DetailData> {
-    const key = JSON.stringify([run, tag]);
-    const hit = this.entries.get(key);
-    if (hit) {
-      this.entries.delete(key); // most recent last
-      this.entries.set(key, hit);
-      return hit;
-    }
-    const p = this.fetch(run, tag);
-    this.entries.set(key, p);
-    p.catch(() => { if (this.entries.get(key) === p) this.entries.delete(key); });
-    while (this.entries.size > this.capacity) this.entries.delete(this.entries.keys().next().value!);
-    return p;
-  }
-
-  has(run: string, tag: string): boolean {
-    return this.entries.has(JSON.stringify([run, tag]));
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
-  /** On reload: the next get() of every layer fetches again. */
-  clear(): void {
-    this.entries.clear();
+export class DetailCache extends KeyedCache<[run: string, tag: string], DetailData> {
+  constructor(fetch: DetailFetch, capacity = 32) {
+    super(fetch, capacity);
   }
 }
 

@@ -84,9 +84,9 @@ export function markAt(counts: ArrayLike<number>, columns: number, cssWidth: num
   return best;
 }
 
-/** Draws the skipped-step marks (`markSpans`) on `canvas`, a strip cssWidth x cssHeight CSS
- * px at the device's resolution, over a faint baseline. */
-export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], cssWidth: number, cssHeight: number, color: string, baseline: string): void {
+/** Sizes a strip canvas to cssWidth x cssHeight CSS px at the device's resolution (its pixels
+ * w x h, set only when they changed); its 2D context, or null. */
+function sizeStrip(canvas: HTMLCanvasElement, cssWidth: number, cssHeight: number): { ctx: CanvasRenderingContext2D; dpr: number; w: number; h: number } | null {
   const dpr = window.devicePixelRatio || 1;
   const w = Math.max(1, Math.round(cssWidth * dpr)), h = Math.max(1, Math.round(cssHeight * dpr));
   if (canvas.width !== w) canvas.width = w;
@@ -94,7 +94,15 @@ export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], 
   canvas.style.width = `${cssWidth}px`;
   canvas.style.height = `${cssHeight}px`;
   const ctx = canvas.getContext("2d");
-  if (!ctx) return;
+  return ctx ? { ctx, dpr, w, h } : null;
+}
+
+/** Draws the skipped-step marks (`markSpans`) on `canvas`, a strip cssWidth x cssHeight CSS
+ * px at the device's resolution, over a faint baseline. */
+export function drawMarks(canvas: HTMLCanvasElement, spans: [number, number][], cssWidth: number, cssHeight: number, color: string, baseline: string): void {
+  const sized = sizeStrip(canvas, cssWidth, cssHeight);
+  if (!sized) return;
+  const { ctx, dpr, w, h } = sized;
   ctx.clearRect(0, 0, w, h);
   ctx.fillStyle = baseline;
   ctx.fillRect(0, h - Math.max(1, Math.round(dpr)), w, Math.max(1, Math.round(dpr)));
@@ -124,14 +132,9 @@ export function lineSearchDomain(lo: number, hi: number): [number, number] | nul
  * joined by a line; a step size of 0 as a tick at the bottom; below, each column's
  * backtracks (the mean per step for a bin) as a bar, its height √(backtracks / the largest). */
 export function drawLineSearch(canvas: HTMLCanvasElement, view: LineSearchView, columns: number, cssWidth: number, c: ChartColors): [number, number] | null {
-  const dpr = window.devicePixelRatio || 1, cssHeight = LINE_SEARCH_H;
-  const w = Math.max(1, Math.round(cssWidth * dpr)), h = Math.max(1, Math.round(cssHeight * dpr));
-  if (canvas.width !== w) canvas.width = w;
-  if (canvas.height !== h) canvas.height = h;
-  canvas.style.width = `${cssWidth}px`;
-  canvas.style.height = `${cssHeight}px`;
-  const ctx = canvas.getContext("2d");
-  if (!ctx) return null;
+  const cssHeight = LINE_SEARCH_H, sized = sizeStrip(canvas, cssWidth, cssHeight);
+  if (!sized) return null;
+  const { ctx, dpr, w, h } = sized;
   ctx.setTransform(1, 0, 0, 1, 0, 0);
   ctx.clearRect(0, 0, w, h);
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);

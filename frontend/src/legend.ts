@@ -8,23 +8,33 @@ import type { ChartColors } from "./theme";
 
 export const SKIPPED_MEANING = "skipped step (mark above the heatmap): the optimizer applied no update, its ratios are 0";
 
-const W = 360, H = 52, X0 = 10, BAR_W = W - 20, BAR_Y = 20, BAR_H = 12;
+/** A color-scale canvas: SCALE_W CSS px wide, its bar SCALE_BAR_W x SCALE_BAR_H CSS px from x
+ * SCALE_X0. */
+export const SCALE_W = 360, SCALE_X0 = 10, SCALE_BAR_W = SCALE_W - 20, SCALE_BAR_H = 12;
 
-/** Draws the color scale of `d` with the band on `canvas` (W x H CSS px at the device's
- * resolution). */
-export function drawColorScale(canvas: HTMLCanvasElement, d: Domain, band: Band, colors: ChartColors): void {
+/** Sizes `canvas` to SCALE_W x `height` CSS px at the device's resolution, clears it and draws
+ * `ramp` (RAMP_SIZE packed RGBA, low to high) as the bar at `barY`; its context, in CSS px. */
+export function drawScaleBar(canvas: HTMLCanvasElement, ramp: Uint32Array, height: number, barY: number): CanvasRenderingContext2D {
   const dpr = window.devicePixelRatio || 1;
-  canvas.width = W * dpr; canvas.height = H * dpr;
-  canvas.style.width = `${W}px`; canvas.style.height = `${H}px`;
+  canvas.width = SCALE_W * dpr; canvas.height = height * dpr;
+  canvas.style.width = `${SCALE_W}px`; canvas.style.height = `${height}px`;
   const ctx = canvas.getContext("2d")!;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, W, H);
-  const ramp = viridisRamp();
-  for (let i = 0; i < BAR_W; i++) {
-    const [r, g, b] = unpackRGBA(ramp[Math.round((i / (BAR_W - 1)) * (RAMP_SIZE - 1))]);
+  ctx.clearRect(0, 0, SCALE_W, height);
+  for (let i = 0; i < SCALE_BAR_W; i++) {
+    const [r, g, b] = unpackRGBA(ramp[Math.round((i / (SCALE_BAR_W - 1)) * (RAMP_SIZE - 1))]);
     ctx.fillStyle = `rgb(${r},${g},${b})`;
-    ctx.fillRect(X0 + i, BAR_Y, 1.5, BAR_H);
+    ctx.fillRect(SCALE_X0 + i, barY, 1.5, SCALE_BAR_H);
   }
+  return ctx;
+}
+
+const H = 52, X0 = SCALE_X0, BAR_W = SCALE_BAR_W, BAR_Y = 20, BAR_H = SCALE_BAR_H;
+
+/** Draws the color scale of `d` with the band on `canvas` (SCALE_W x H CSS px at the device's
+ * resolution). */
+export function drawColorScale(canvas: HTMLCanvasElement, d: Domain, band: Band, colors: ChartColors): void {
+  const ctx = drawScaleBar(canvas, viridisRamp(), H, BAR_Y);
   const xOf = (lg: number) => X0 + domainPosition(lg, d) * BAR_W;
   const bx0 = xOf(Math.log10(band.low)), bx1 = xOf(Math.log10(band.high)), bt = xOf(Math.log10(band.target));
   ctx.strokeStyle = colors.bandLine;

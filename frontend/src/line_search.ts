@@ -1,40 +1,10 @@
 // The stochastic Armijo line search of a run (/line_search: its step sizes and backtracks per
-// step): the per-run cache, the mapping of its steps onto a heatmap's columns and the strip's
-// tooltip text. Pure (the strip is drawn by draw.ts, held by heatmap_block.ts).
+// step): the mapping of its steps onto a heatmap's columns and the strip's tooltip text (its
+// per-run cache is a RunCache of cache.ts, held by the app). Pure (the strip is drawn by
+// draw.ts, held by heatmap_block.ts).
 import type { LineSearch } from "./api";
 import type { Heatmap } from "./codec";
 import { formatRatio, formatStep } from "./format";
-
-export type LineSearchFetch = (run: string) => Promise<LineSearch>;
-
-/** /line_search per run: one fetch per run until clear() (a reload); a failed fetch is not
- * kept. The strip and the layer detail both read from it. */
-export class LineSearchCache {
-  private readonly entries = new Map<string, Promise<LineSearch>>();
-
-  constructor(private readonly fetch: LineSearchFetch) {}
-
-  get(run: string): Promise<LineSearch> {
-    const hit = this.entries.get(run);
-    if (hit) return hit;
-    const p = this.fetch(run);
-    this.entries.set(run, p);
-    p.catch(() => { if (this.entries.get(run) === p) this.entries.delete(run); });
-    return p;
-  }
-
-  has(run: string): boolean {
-    return this.entries.has(run);
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
-  clear(): void {
-    this.entries.clear();
-  }
-}
 
 /** The searched steps that fall in one heatmap column. */
 export interface LineSearchColumn {

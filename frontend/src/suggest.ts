@@ -1,36 +1,8 @@
 // The suggested learning rate of the layer detail (/suggestions: lr · target / ratio, the
-// geometric means over the layer's last logged steps): its cache per run (one request per run
-// per reload, as the layer detail's cache) and its text.
+// geometric means over the layer's last logged steps): its text and caveat (its cache per
+// run, one request per run per reload, is a RunCache of cache.ts, held by the app).
 import type { Suggestions } from "./api";
 import { formatRatio, formatShortRatio } from "./format";
-
-/** One promise per run until clear() (on reload); a failed fetch is not kept. */
-export class RunCache<T> {
-  private readonly entries = new Map<string, Promise<T>>();
-
-  constructor(private readonly fetch: (run: string) => Promise<T>) {}
-
-  get(run: string): Promise<T> {
-    const hit = this.entries.get(run);
-    if (hit) return hit;
-    const p = this.fetch(run);
-    this.entries.set(run, p);
-    p.catch(() => { if (this.entries.get(run) === p) this.entries.delete(run); });
-    return p;
-  }
-
-  has(run: string): boolean {
-    return this.entries.has(run);
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
-  clear(): void {
-    this.entries.clear();
-  }
-}
 
 export const SUGGESTION_CAVEAT = "Exact for plain SGD; a first-order estimate for Adam-type optimizers; ignores momentum and learning-rate schedules.";
 

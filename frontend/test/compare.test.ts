@@ -6,7 +6,8 @@ import { api } from "../src/api";
 import { parseComparison } from "../src/codec";
 import { compareColorTable, compareSpecialColors, divergingColor, divergingDomain, packRGBA, parseCssColor } from "../src/color";
 import { compareDomain, compareTooltipLines, divergenceText, quotientText, rankedRows } from "../src/compare";
-import { RunCache, SUGGESTION_CAVEAT, suggestionText } from "../src/suggest";
+import { RunCache } from "../src/cache";
+import { SUGGESTION_CAVEAT, suggestionText } from "../src/suggest";
 import { CODES, encode, pack } from "./fixtures";
 
 function comparison() {

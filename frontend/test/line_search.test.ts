@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import type { LineSearch, RunInfo } from "../src/api";
 import { parseHeatmap } from "../src/codec";
 import { lineSearchDomain } from "../src/draw";
-import { columnOfStep, LineSearchCache, lineSearchAt, lineSearchColumns, lineSearchLines } from "../src/line_search";
+import { RunCache } from "../src/cache";
+import { columnOfStep, lineSearchAt, lineSearchColumns, lineSearchLines } from "../src/line_search";
 import { Part, Scheduler, Store } from "../src/state";
 import { CODES, encode, pack, sample } from "./fixtures";
 
@@ -85,7 +86,7 @@ test("the step size at a step, for the detail's readout", () => {
 test("the cache fetches a run once until cleared; a failure is not kept", async () => {
   const asked: string[] = [];
   let fail = true;
-  const cache = new LineSearchCache(async (run) => {
+  const cache = new RunCache<LineSearch>(async (run) => {
     asked.push(run);
     if (run === "bad" && fail) throw new Error("HTTP 500");
     return { steps: [1], step_size: [0.5], backtracks: [0] };
