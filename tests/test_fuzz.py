@@ -118,22 +118,16 @@ def _valid_query(rng: random.Random, route: str) -> list[tuple[str, str]]:
         run = NO_RATIOS  # 404 but for its histograms and learning rate
     if route == "heatmap":
         params = [("run", r) for r in rng.sample(list(RUNS), rng.randint(1, 3))]
-        for name, values in [("columns", ["1", "2", "3", "7", "1000"]),
-                             ("start", ["-5", "0", "3", "7", str(-(2**62))]),
-                             ("end", ["3", "7", "100", str(2**62)]),
-                             ("reduction", heatmap.REDUCTIONS)]:
-            if rng.random() < 0.5:
-                params.append((name, rng.choice(values)))
-        return params
+        return params + _some_of(rng, 0.5, [
+            ("columns", ["1", "2", "3", "7", "1000"]),
+            ("start", ["-5", "0", "3", "7", str(-(2**62))]),
+            ("end", ["3", "7", "100", str(2**62)]),
+            ("reduction", heatmap.REDUCTIONS)])
     if route == "flags":
-        params = [("run", run)]
-        if rng.random() < 0.5:
-            params.append(("low", rng.choice(["1e-6", "1e-4", "0.01", "5e-324"])))
-        if rng.random() < 0.5:
-            params.append(("high", rng.choice(["1e-2", "0.5", "1e308"])))
-        if rng.random() < 0.5:
-            params.append(("patience", rng.choice(["1", "5", "1000"])))
-        return params
+        return [("run", run)] + _some_of(rng, 0.5, [
+            ("low", ["1e-6", "1e-4", "0.01", "5e-324"]),
+            ("high", ["1e-2", "0.5", "1e308"]),
+            ("patience", ["1", "5", "1000"])])
     if route == "series":
         return [("run", run), ("tag", rng.choice(tags + [metadata.LEARNING_RATE_TAG, "_wur/skipped_step"]))]
     if route == "histograms":
@@ -144,19 +138,17 @@ def _valid_query(rng: random.Random, route: str) -> list[tuple[str, str]]:
         return [("run", run)]
     if route == "compare":
         params = [("run_a", run), ("run_b", rng.choice(list(RUNS)))]
-        for name, values in [("columns", ["1", "3", "1000"]), ("start", ["-5", "0", "3"]),
-                             ("end", ["3", "100"])]:
-            if rng.random() < 0.4:
-                params.append((name, rng.choice(values)))
-        return params
+        return params + _some_of(rng, 0.4, [
+            ("columns", ["1", "3", "1000"]), ("start", ["-5", "0", "3"]), ("end", ["3", "100"])])
     if route == "suggestions":
-        params = [("run", run)]
-        if rng.random() < 0.5:
-            params.append(("target", rng.choice(["1e-3", "0.5", "5e-324"])))
-        if rng.random() < 0.5:
-            params.append(("last", rng.choice(["1", "10", "100000"])))
-        return params
+        return [("run", run)] + _some_of(rng, 0.5, [
+            ("target", ["1e-3", "0.5", "5e-324"]), ("last", ["1", "10", "100000"])])
     return []
+
+
+def _some_of(rng: random.Random, chance: float, options) -> list[tuple[str, str]]:
+    """Each (name, values) of `options` with probability `chance`, with one of its values."""
+    return [(name, rng.choice(values)) for name, values in options if rng.random() < chance]
 
 
 def _query(rng: random.Random, route: str) -> str:
