@@ -115,26 +115,13 @@ class GroupRSS:
         self._thread.join()
 
 
-def _get(server, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
-    """`server.get` without its 60 s timeout (the Python loader's first reads take longer)."""
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(server.url + path, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=1200) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
 def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -> dict:
     began = time.perf_counter()
     with TensorBoardServer(logdir, load_fast) as server:
         with GroupRSS(os.getpgid(server._process.pid)) as rss:
             polls = 0
             while True:
-                status, _, body = _get(server, "/data/plugin/wur/runs")
+                status, _, body = server.get("/data/plugin/wur/runs", timeout=1200)
                 polls += 1
                 if status == 200:
                     runs = json.loads(body)["runs"]
@@ -150,7 +137,7 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
 
             def timed(path, headers=None):
                 t = time.perf_counter()
-                status, _, body = _get(server, path, headers)
+                status, _, body = server.get(path, headers, timeout=1200)
                 assert status == 200, (path, status, body[:300])
                 return time.perf_counter() - t, body
 

@@ -284,20 +284,17 @@ class RunData:
     ) -> dict[str, list[provider.ScalarDatum]]:
         """The kept points of the scalar series `tags` of `run`, by tag, in the order the
         data provider keeps them; a tag it does not hold is absent."""
-        data = self._provider.read_scalars(
-            ctx,
-            experiment_id=experiment,
-            plugin_name=metadata.PLUGIN_NAME,
-            downsample=self._downsample,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
-        )
-        return data.get(run, {})
+        return self._read(self._provider.read_scalars, ctx, experiment, run, tags)
 
     def read_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
     ) -> dict[str, list[provider.TensorDatum]]:
         """As `read_scalars`, for tensor series."""
-        data = self._provider.read_tensors(
+        return self._read(self._provider.read_tensors, ctx, experiment, run, tags)
+
+    def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
+        """`read` (the provider's read_scalars or read_tensors) of `tags` of `run`."""
+        data = read(
             ctx,
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,

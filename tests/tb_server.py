@@ -62,10 +62,11 @@ class TensorBoardServer:
         self._log.seek(0)
         return self._log.read()
 
-    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    def get(self, path: str, headers: dict | None = None, timeout: float = 60
+            ) -> tuple[int, dict, bytes]:
         request = urllib.request.Request(self.url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()
