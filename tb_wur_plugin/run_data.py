@@ -350,11 +350,7 @@ class RunData:
         (and cached for the heatmap that usually follows) if it is not current: the steps
         cannot be had without reading every point.
 
-        Args:
-            ctx: the request's context.
-            experiment: the experiment id.
-            run: the run.
-            listing: the run's listing, as the caller just had it from `list_scalars`.
+        Args: as `matrix`'s.
 
         Returns:
             The index; without tags when the run lists no ratio or they hold no point.
