@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import keras
 import numpy as np
 
-from tb_wur_plugin import metadata
+from tb_wur_plugin._write_common import unique_tags
 from tb_wur_plugin.writer import (
     Counts,
     SummaryWriter,
@@ -59,21 +59,8 @@ class Logger:
             if not getattr(v, "trainable", True) or not keras.backend.is_float_dtype(v.dtype):
                 continue
             kept.append((_path(v), v))
-        paths = {path for path, _ in kept}
-        taken, watched = set(), []
-        for path, v in kept:
-            if metadata.is_reserved_tag(path):
-                raise ValueError(
-                    f"variable path {path!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, "
-                    "which is reserved for the plugin's own series; rename the layer or variable"
-                )
-            tag, suffix = path, 0
-            while tag in taken or (suffix and tag in paths):
-                suffix += 1
-                tag = f"{path}_{suffix}"
-            taken.add(tag)
-            watched.append(Watched(tag, v))
-        return watched
+        tags = unique_tags(path for path, _ in kept)
+        return [Watched(tag, v) for tag, (_, v) in zip(tags, kept)]
 
     def snapshot(self, watched: list[Watched]) -> list[Any]:
         """Copies of the variables' values on their device (the JAX trainer donates the

@@ -15,15 +15,16 @@ import tensorflow as tf
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
 from tb_wur_plugin import metadata, tf_private
+from tb_wur_plugin._write_common import value_prefix, varint
+
+# the tags' `SummaryMetadata`, and whether an event carries it (a bool or boolean tensor)
+Metadatas = list[summary_pb2.SummaryMetadata]
+Include = bool | tf.Tensor
 
 
 def write_scalars(
-    tags: list[str],
-    values: tf.Tensor,
-    step: Any,
-    metadatas: list[summary_pb2.SummaryMetadata],
-    writer: tf.Tensor,
-    include_metadata: bool | tf.Tensor = True,
+    tags: list[str], values: tf.Tensor, step: Any, metadatas: Metadatas, writer: tf.Tensor,
+    include_metadata: Include = True,
 ) -> tf.Tensor:
     """Write `values[i]` under `tags[i]`, as one event carrying all of them, whatever
     `tf.summary.record_if` says.
@@ -49,12 +50,8 @@ def write_scalars(
 
 
 def write_tensors(
-    tags: list[str],
-    values: tf.Tensor,
-    step: Any,
-    metadatas: list[summary_pb2.SummaryMetadata],
-    writer: tf.Tensor,
-    include_metadata: bool | tf.Tensor = True,
+    tags: list[str], values: tf.Tensor, step: Any, metadatas: Metadatas, writer: tf.Tensor,
+    include_metadata: Include = True,
 ) -> tf.Tensor:
     """Write row `values[i]` under `tags[i]`, as one event carrying all n tensors, each read
     back as `values[i]` (its bytes as `tensor_content`, as `tf.summary.write` stores them).
@@ -81,19 +78,15 @@ def write_tensors(
     )
     tensor_fields = tensor_pb2.TensorProto(
         dtype=values.dtype.as_datatype_enum, tensor_shape=shape
-    ).SerializeToString() + b"\x22" + _varint(row_bytes)  # tensor_content (field 4)
+    ).SerializeToString() + b"\x22" + varint(row_bytes)  # tensor_content (field 4)
     return _write_rows(
         tags, values, step, metadatas, writer, tensor_fields, row_bytes, include_metadata
     )
 
 
 def write_histograms(
-    tags: list[str],
-    counts: tf.Tensor,
-    step: Any,
-    metadatas: list[summary_pb2.SummaryMetadata],
-    writer: tf.Tensor,
-    include_metadata: bool | tf.Tensor = True,
+    tags: list[str], counts: tf.Tensor, step: Any, metadatas: Metadatas, writer: tf.Tensor,
+    include_metadata: Include = True,
 ) -> tf.Tensor:
     """Write histogram counts (int64[n, NUM_BUCKETS]) under `tags`, as one event, in the
     version their metadata names (`metadata.histogram_version_of`, the same for all): 1,
@@ -187,14 +180,8 @@ def _select(include: bool | tf.Tensor, with_metadata: tf.Tensor, without: tf.Ten
 
 
 def _write_rows(
-    tags: list[str],
-    values: tf.Tensor,
-    step: Any,
-    metadatas: list[summary_pb2.SummaryMetadata],
-    writer: tf.Tensor,
-    tensor_fields: bytes,
-    row_bytes: int,
-    include_metadata: bool | tf.Tensor = True,
+    tags: list[str], values: tf.Tensor, step: Any, metadatas: Metadatas, writer: tf.Tensor,
+    tensor_fields: bytes, row_bytes: int, include_metadata: Include = True,
 ) -> tf.Tensor:
     """One event: per tag, a constant `Summary.Value` prefix ending in `tensor_fields` (with
     or without the tag's metadata), then that row's `row_bytes` bytes, cut from the end of
@@ -202,10 +189,10 @@ def _write_rows(
     prefixes = _select(
         include_metadata,
         tf.constant([
-            _value_prefix(tag, meta, tensor_fields, row_bytes)
+            value_prefix(tag, meta, tensor_fields, row_bytes)
             for tag, meta in zip(tags, metadatas)
         ]),
-        tf.constant([_value_prefix(tag, None, tensor_fields, row_bytes) for tag in tags]),
+        tf.constant([value_prefix(tag, None, tensor_fields, row_bytes) for tag in tags]),
     )
     count = len(tags)
     serialized = tf.io.serialize_tensor(values)  # ends with the data, row after row
@@ -222,30 +209,6 @@ def _write_message(writer: tf.Tensor, step: Any, message: tf.Tensor) -> tf.Tenso
         )
         with tf.control_dependencies([written]):
             return tf.constant(True)
-
-
-def _value_prefix(
-    tag: str,
-    summary_metadata: summary_pb2.SummaryMetadata | None,
-    tensor_fields: bytes,
-    data_bytes: int,
-) -> bytes:
-    """`Summary.value` entry (field 1) with its `tensor` (field 8), without the data bytes
-    that end it; without metadata when `summary_metadata` is None."""
-    head = summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata).SerializeToString()
-    tensor_length = len(tensor_fields) + data_bytes
-    tensor_header = b"\x42" + _varint(tensor_length)
-    value_length = len(head) + len(tensor_header) + tensor_length
-    return b"\x0a" + _varint(value_length) + head + tensor_header + tensor_fields
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def to_stored_scalar(value: tf.Tensor) -> tf.Tensor:

@@ -18,23 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin._write_common import LINE_SEARCH_METADATAS
 from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
 
 CAPACITY = 1024
-
-_DESCRIPTIONS = {
-    metadata.LINE_SEARCH_STEP_SIZE: "Armijo line search: the step size applied",
-    metadata.LINE_SEARCH_BACKTRACKS: "Armijo line search: the rejected trials",
-    metadata.LINE_SEARCH_LOSS: "Armijo line search: the batch loss before the step",
-    metadata.LINE_SEARCH_NEW_LOSS: "Armijo line search: the batch loss at the accepted trial",
-}
-_METADATAS = [
-    metadata.create_summary_metadata(
-        metadata.KIND_LINE_SEARCH, _DESCRIPTIONS[series], series=series
-    )
-    for series in metadata.LINE_SEARCH_SERIES
-]
-
 
 class StepLog:
     """A ring of the last `capacity` steps' results, in a float64 `tf.Variable`."""
@@ -100,7 +87,7 @@ def _write_rows(rows: tf.Tensor, writer: tf.Tensor, include_metadata: tf.Tensor)
             to_stored_scalar(row[4]),
         ])
         write_scalars(
-            list(metadata.LINE_SEARCH_TAGS), values, tf.cast(row[0], tf.int64), _METADATAS,
-            writer, include_metadata & tf.equal(i, 0),
+            list(metadata.LINE_SEARCH_TAGS), values, tf.cast(row[0], tf.int64),
+            LINE_SEARCH_METADATAS, writer, include_metadata & tf.equal(i, 0),
         )
     return tf.constant(True)

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin._write_common import check_layer_tag
 from tb_wur_plugin.batched_write import to_stored_scalar, write_histograms, write_scalars
 from tb_wur_plugin.bucketing import bucket_counts
 from tb_wur_plugin.recording import write
@@ -52,7 +53,7 @@ def scalar(
       ...     wur_summary.scalar("dense/kernel", 1.3e-3, step=100)
       True
     """
-    _check_layer_tag(name)
+    check_layer_tag(name, "name", article="")
     value = _float_tensor(data, "wur_summary.scalar", scalar_only=True)
     return write(
         name,
@@ -90,7 +91,7 @@ def histogram(
       ...     wur_summary.histogram("dense/kernel", ratios, step=100)
       True
     """
-    _check_layer_tag(name)
+    check_layer_tag(name, "name", article="")
     values = _float_tensor(data, "wur_summary.histogram", scalar_only=False)
     tag = metadata.histogram_tag(name)
     summary_metadata = metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, description)
@@ -138,18 +139,6 @@ def _scalar_writer(tag: str, summary_metadata: Any):
         )
 
     return write_fn
-
-
-def _check_layer_tag(name: Any) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
-    if not name:
-        raise ValueError("name must not be empty")
-    if metadata.is_reserved_tag(name):
-        raise ValueError(
-            f"name {name!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, which is reserved "
-            "for the plugin's own series"
-        )
 
 
 def _float_tensor(data: Any, op: str, *, scalar_only: bool) -> tf.Tensor:

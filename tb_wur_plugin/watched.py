@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, Sequence
 
 import tensorflow as tf
 
-from tb_wur_plugin import metadata
+from tb_wur_plugin._write_common import unique_tags
 
 
 class WatchedVariable(NamedTuple):
@@ -53,22 +53,8 @@ def watched_variables(variables: Any) -> list[WatchedVariable]:
         if not getattr(candidate, "trainable", True) or not variable.dtype.is_floating:
             continue
         kept.append((_variable_path(candidate), variable))
-    paths = {path for path, _ in kept}
-    taken: set[str] = set()
-    watched = []
-    for path, variable in kept:
-        if metadata.is_reserved_tag(path):
-            raise ValueError(
-                f"variable path {path!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, which "
-                "is reserved for the plugin's own series; rename the layer or variable"
-            )
-        tag, suffix = path, 0
-        while tag in taken or (suffix and tag in paths):  # keep other variables' paths free
-            suffix += 1
-            tag = f"{path}_{suffix}"
-        taken.add(tag)
-        watched.append(WatchedVariable(tag, variable))
-    return watched
+    tags = unique_tags(path for path, _ in kept)
+    return [WatchedVariable(tag, variable) for tag, (_, variable) in zip(tags, kept)]
 
 
 def writes_summaries(watched: Sequence[WatchedVariable] = (), strategy: Any = None) -> bool:

@@ -29,6 +29,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin._write_common import check_layer_tag, value_prefix, varint
 from tb_wur_plugin.crc32c import masked_crc32c
 from tb_wur_plugin.numpy_bucketing import bucket_counts
 
@@ -303,7 +304,7 @@ class SummaryWriter:
             summary_metadata = (
                 metadata.create_summary_metadata(kind, description, index) if first else None
             )
-            prefix = self._cache(key, _value_prefix(tag, summary_metadata, _SCALAR_FIELDS, 4))
+            prefix = self._cache(key, value_prefix(tag, summary_metadata, _SCALAR_FIELDS, 4))
         return prefix + struct.pack("<f", value)
 
     def _counts(self, tag: str, description: str, counts: np.ndarray) -> bytes:
@@ -331,7 +332,7 @@ class SummaryWriter:
                 tensor_shape=tensor_shape_pb2.TensorShapeProto(
                     dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(data))]
                 ),
-            ).SerializeToString() + b"\x22" + _varint(len(data)))
+            ).SerializeToString() + b"\x22" + varint(len(data)))
         return _entry(head, fields, data)
 
     def _cache(self, key: tuple, prefix: bytes) -> bytes:
@@ -349,8 +350,8 @@ class SummaryWriter:
             wall_time = float(_real_scalar(wall_time, "wall_time"))
         self._write_event(
             b"\x09" + struct.pack("<d", time.time() if wall_time is None else wall_time)
-            + b"\x10" + _varint(step & 0xFFFFFFFFFFFFFFFF)
-            + b"\x2a" + _varint(len(summary)) + summary
+            + b"\x10" + varint(step & 0xFFFFFFFFFFFFFFFF)
+            + b"\x2a" + varint(len(summary)) + summary
         )
         self._described.update(tags)
 
@@ -412,32 +413,13 @@ def _open_event_file(logdir: str, suffix: str, local: bool):
             continue
 
 
-def _value_prefix(tag: str, summary_metadata, tensor_fields: bytes, data_bytes: int) -> bytes:
-    """`Summary.value` entry (field 1) with its `tensor` (field 8), without the data bytes
-    that end it (as `batched_write`, the TensorFlow path, lays it out)."""
-    head = summary_pb2.Summary.Value(tag=tag, metadata=summary_metadata).SerializeToString()
-    tensor_length = len(tensor_fields) + data_bytes
-    tensor_header = b"\x42" + _varint(tensor_length)
-    value_length = len(head) + len(tensor_header) + tensor_length
-    return b"\x0a" + _varint(value_length) + head + tensor_header + tensor_fields
-
-
 def _entry(head: bytes, tensor_fields: bytes, data: bytes) -> bytes:
     """`Summary.value` entry (field 1): `head` (the serialized Value's tag and metadata),
     then its `tensor` (field 8): `tensor_fields` followed by `data`."""
     tensor_length = len(tensor_fields) + len(data)
-    tensor_header = b"\x42" + _varint(tensor_length)
-    return (b"\x0a" + _varint(len(head) + len(tensor_header) + tensor_length) + head
+    tensor_header = b"\x42" + varint(tensor_length)
+    return (b"\x0a" + varint(len(head) + len(tensor_header) + tensor_length) + head
             + tensor_header + tensor_fields + data)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 # TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
@@ -451,7 +433,7 @@ _COUNTS_FIELDS = tensor_pb2.TensorProto(
     tensor_shape=tensor_shape_pb2.TensorShapeProto(
         dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=metadata.NUM_BUCKETS)]
     ),
-).SerializeToString() + b"\x22" + _varint(_COUNTS_BYTES)
+).SerializeToString() + b"\x22" + varint(_COUNTS_BYTES)
 
 
 def _check_step(step: Any) -> int:
@@ -476,20 +458,8 @@ def _check_mapping(mapping: Any, what: str) -> list[tuple[str, Any]]:
         raise ValueError(f"{what} is empty: nothing to write")
     items = list(mapping.items())
     for tag, _ in items:
-        _check_layer_tag(tag)
+        check_layer_tag(tag)
     return items
-
-
-def _check_layer_tag(tag: Any) -> None:
-    if not isinstance(tag, str):
-        raise TypeError(f"a tag must be a str, got {type(tag).__name__}: {tag!r}")
-    if not tag:
-        raise ValueError("a tag must not be empty")
-    if metadata.is_reserved_tag(tag):
-        raise ValueError(
-            f"tag {tag!r} starts with {metadata.RESERVED_TAG_PREFIX!r}, which is reserved for "
-            "the plugin's own series"
-        )
 
 
 def _describer(descriptions: Mapping[str, str] | None, default: Callable[[str], str]):

@@ -8,24 +8,11 @@ from typing import Any
 import tensorflow as tf
 
 from tb_wur_plugin import metadata, tf_private
+from tb_wur_plugin._write_common import LINE_SEARCH_METADATAS
 from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
 from tb_wur_plugin.recording import MetadataOnce, default_writer_resource, static_recording
 
 _CONTEXT = "StochasticArmijo.minimize"
-
-_DESCRIPTIONS = {
-    metadata.LINE_SEARCH_STEP_SIZE: "Armijo line search: the step size applied",
-    metadata.LINE_SEARCH_BACKTRACKS: "Armijo line search: the rejected trials",
-    metadata.LINE_SEARCH_LOSS: "Armijo line search: the batch loss before the step",
-    metadata.LINE_SEARCH_NEW_LOSS: "Armijo line search: the batch loss at the accepted trial",
-}
-_METADATAS = [
-    metadata.create_summary_metadata(
-        metadata.KIND_LINE_SEARCH, _DESCRIPTIONS[series], series=series
-    )
-    for series in metadata.LINE_SEARCH_SERIES
-]
-
 
 def log_step(result: Any, step: Any = None) -> bool | tf.Tensor:
     """Write `result` (a `StepResult`) when the default writer records, at `step` (default
@@ -70,7 +57,8 @@ def log_step(result: Any, step: Any = None) -> bool | tf.Tensor:
             to_stored_scalar(result.new_loss),
         ])
         return once.written(write_scalars(
-            list(metadata.LINE_SEARCH_TAGS), values, step, _METADATAS, writer, once.include
+            list(metadata.LINE_SEARCH_TAGS), values, step, LINE_SEARCH_METADATAS, writer,
+            once.include,
         ))
 
     if recording:
