@@ -151,15 +151,6 @@ def line_search_tag(series: str) -> str:
     return _LINE_SEARCH_TAG_PREFIX + series
 
 
-def line_search_series_of_tag(tag: str) -> str | None:
-    """Inverse of `line_search_tag`; None for a tag that is not a line-search tag."""
-    if tag.startswith(_LINE_SEARCH_TAG_PREFIX):
-        series = tag[len(_LINE_SEARCH_TAG_PREFIX):]
-        if series in LINE_SEARCH_SERIES:
-            return series
-    return None
-
-
 def is_reserved_tag(tag: str) -> bool:
     return tag.startswith(RESERVED_TAG_PREFIX)
 
