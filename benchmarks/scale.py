@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from tb_wur_plugin import metadata, recording, watch, watched, wur_summary  # noqa: E402
+from tb_wur_plugin import metadata, watch, watched, wur_summary  # noqa: E402
 from tb_wur_plugin.writer import Counts, SummaryWriter  # noqa: E402
 from tb_wur_plugin.numpy_bucketing import bucket_counts  # noqa: E402
 from old_layout import OldLayoutWriter  # noqa: E402

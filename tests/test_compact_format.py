@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
-from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
 from tb_server import TensorBoardServer
 from tb_wur_plugin import (
     batched_write, heatmap_wire, metadata, numpy_bucketing, watch, wur_summary,
 )
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.writer import SummaryWriter
 
 from old_layout import OldLayoutWriter
 

@@ -27,7 +27,7 @@ from tensorboard.util import tensor_util
 
 from helpers import read_events, reference_buckets
 from tb_server import TensorBoardServer
-from tb_wur_plugin import metadata, ratios
+from tb_wur_plugin import metadata
 from tb_wur_plugin.compat import v1 as wur_v1
 
 v1 = tf.compat.v1
