@@ -317,8 +317,7 @@ class RunData:
         )
         if not points:
             return None
-        steps = np.fromiter((p.step for p in points), np.int64, len(points))
-        values = np.fromiter((p.value for p in points), np.float64, len(points))
+        steps, _, values = point_arrays(points)
         return _last_written(steps, values)
 
     @_one_call_per_run
