@@ -391,7 +391,10 @@ class Counts:
 
 def _open_event_file(logdir: str, suffix: str, local: bool):
     """A new event file in `logdir`, named as TensorBoard's writers name theirs (with
-    '.wur' before `suffix`, so that it never takes the name of another writer's file)."""
+    '.wur' before `suffix`, so that it never takes the name of another writer's file). The
+    process's file number is zero-padded: TensorBoard's loaders read a run's files in name
+    order, so a file opened later in the same second must sort later (a run restarted into a
+    new file would otherwise lose its later steps to the earlier file's)."""
     if not isinstance(suffix, str):
         raise TypeError(f"filename_suffix must be a str, got {suffix!r}")
     if local:
@@ -401,7 +404,7 @@ def _open_event_file(logdir: str, suffix: str, local: bool):
 
         tf.io.gfile.makedirs(logdir)
     while True:
-        name = "events.out.tfevents.%010d.%s.%s.%s.wur%s" % (
+        name = "events.out.tfevents.%010d.%s.%s.%06d.wur%s" % (
             time.time(), socket.gethostname(), os.getpid(), next(_file_numbers), suffix
         )
         path = os.path.join(logdir, name)

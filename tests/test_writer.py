@@ -306,6 +306,23 @@ def test_writers_in_one_directory_get_their_own_files(tmp_path):
     second.close()
 
 
+
+def test_files_opened_later_sort_later(tmp_path, monkeypatch):
+    """TensorBoard's loaders read a run's files in name order: 12 writers opened in the same
+    second (the file numbers cross from 9 to 10) are read in the order they were opened."""
+    from tb_wur_plugin import writer as writer_module
+
+    monkeypatch.setattr(writer_module.time, "time", lambda: 1.7e9)
+    paths = []
+    for step in range(12):
+        with SummaryWriter(tmp_path) as writer:
+            writer.add_ratios({"w": 0.5}, step)
+        paths.append(writer.path)
+    assert sorted(paths) == paths
+    steps = [e.step for path in sorted(paths) for e in event_file_loader.EventFileLoader(path).Load()
+             if e.summary.value]
+    assert steps == list(range(12))
+
 def test_a_url_logdir_goes_through_gfile():
     logdir = "ram://wur_writer_test/run"
     with SummaryWriter(logdir) as writer:
