@@ -14,21 +14,18 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tensorboard import errors
-from tensorboard.data import provider
 
 from tb_wur_plugin.http_args import shown
-from tb_wur_plugin.run_data import point_arrays
+from tb_wur_plugin.tb_private import Columns
 
 FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,ratio\r\n"
-
-Points = list[provider.ScalarDatum]
 
 
 def stream(
     run: str,
     tags: Sequence[str],
-    read_tag: Callable[[str], Points | None],
+    read_tag: Callable[[str], Columns | None],
     export_format: str,
 ) -> Iterator[str]:
     """The export of `run`, as text chunks.
@@ -41,7 +38,8 @@ def stream(
     Args:
         run: the run's name (for the error message).
         tags: the ratio tags, in the order they are exported; at least one.
-        read_tag: a tag's kept points, in any order; None when the tag is gone.
+        read_tag: a tag's kept points as columns (steps, wall times, values), in any
+            order; None when the tag is gone.
         export_format: "csv" (header CSV_HEADER, one row per point) or "json" (one key per
             tag, [wall_time, step, ratio] per point, non-finite ratios as the strings
             "NaN", "Infinity", "-Infinity").
@@ -64,21 +62,17 @@ def filename(run: str, export_format: str) -> str:
     return f"wur-{name}.{export_format}"
 
 
-# A tag's points as arrays: (steps int64, wall times float64, values float64), by step.
-Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
 def _points_by_tag(
-    run: str, tags: Sequence[str], read_tag: Callable[[str], Points | None]
+    run: str, tags: Sequence[str], read_tag: Callable[[str], Columns | None]
 ) -> Iterator[tuple[str, Columns]]:
+    """(tag, its columns by step) of each of `tags`, read when the stream reaches it."""
     for tag in tags:
-        points = read_tag(tag)
-        if points is None:
+        columns = read_tag(tag)
+        if columns is None:
             raise errors.NotFoundError(
                 f"run {shown(run)} was removed during its export; export aborted"
             )
-        steps, wall_times, values = point_arrays(points)
-        del points  # only the arrays are held while the tag's text is formatted
+        steps, wall_times, values = columns
         order = np.argsort(steps, kind="stable")  # a step written twice: in the order written
         yield tag, (steps[order], wall_times[order], values[order])
 

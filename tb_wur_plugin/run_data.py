@@ -28,7 +28,7 @@ from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 from tensorboard.data import provider
 
-from tb_wur_plugin import heatmap, metadata
+from tb_wur_plugin import heatmap, metadata, tb_private
 from tb_wur_plugin.http_args import shown
 
 logger = logging.getLogger(__name__)
@@ -286,6 +286,24 @@ class RunData:
         data provider keeps them; a tag it does not hold is absent."""
         return self._read(self._provider.read_scalars, ctx, experiment, run, tags)
 
+    def read_scalar_columns(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
+    ) -> dict[str, tb_private.Columns]:
+        """What `read_scalars` reads, each tag's points as columns (steps int64, wall times
+        float64, values float64) in the same order; from the fast loader's answer directly,
+        without a Python object per point."""
+        arguments = dict(
+            experiment_id=experiment,
+            plugin_name=metadata.PLUGIN_NAME,
+            downsample=self._downsample,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
+        )
+        columns = tb_private.read_scalar_columns(self._provider, ctx, **arguments)
+        if columns is not None:
+            return columns.get(run, {})
+        by_tag = self._provider.read_scalars(ctx, **arguments).get(run, {})
+        return {tag: point_arrays(by_tag.pop(tag)) for tag in list(by_tag)}
+
     def read_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
     ) -> dict[str, list[provider.TensorDatum]]:
@@ -312,12 +330,12 @@ class RunData:
         listed = series.get(metadata.LEARNING_RATE_TAG)
         if listed is None or kind(listed) != metadata.KIND_LEARNING_RATE:
             return None
-        points = self.read_scalars(ctx, experiment, run, [metadata.LEARNING_RATE_TAG]).get(
-            metadata.LEARNING_RATE_TAG
-        )
-        if not points:
+        columns = self.read_scalar_columns(
+            ctx, experiment, run, [metadata.LEARNING_RATE_TAG]
+        ).get(metadata.LEARNING_RATE_TAG)
+        if columns is None or not len(columns[0]):
             return None
-        steps, _, values = point_arrays(points)
+        steps, _, values = columns
         return _last_written(steps, values)
 
     @_one_call_per_run
@@ -382,16 +400,15 @@ class RunData:
         ratios = listing.ratios
         tags = list(ratios) + ([metadata.SKIPPED_STEP_TAG] if listing.marker is not None else [])
         series, first_wall_time, skipped_steps = [], {}, np.zeros(0, np.int64)
-        # A few tags per read: the provider's points (a Python object each) of one batch at
-        # a time are held, each tag's turned into arrays and dropped at once.
+        # A few tags per read: with a data provider other than the fast loader's, the
+        # points (a Python object each) of one batch at a time are held.
         for batch in range(0, len(tags) if ratios else 0, _READ_BATCH_TAGS):
-            data = self.read_scalars(ctx, experiment, run, tags[batch:batch + _READ_BATCH_TAGS])
-            for tag in list(data):
-                points = data.pop(tag)
-                if not points:
+            data = self.read_scalar_columns(
+                ctx, experiment, run, tags[batch:batch + _READ_BATCH_TAGS]
+            )
+            for tag, (steps, wall_times, values) in data.items():
+                if not len(steps):
                     continue
-                steps, wall_times, values = point_arrays(points)
-                del points
                 if tag in ratios:
                     first_wall_time[tag] = float(wall_times[steps == steps.min()].min())
                 steps, values = _last_written(steps, values)

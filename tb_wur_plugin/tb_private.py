@@ -1,0 +1,65 @@
+"""Every use of TensorBoard's private API in the package, and nothing else.
+
+TensorBoard's public `DataProvider.read_scalars` of the fast loader (`GrpcDataProvider`)
+turns the data server's columnar answer into one Python `ScalarDatum` per point, most of
+the time of reading a large run. `read_scalar_columns` sends the same request to the same
+data server and keeps the answer's columns as numpy arrays: the same points, in the same
+order, with the same error translation (other data providers: None, and the caller uses the
+public `read_scalars`). `tests/test_tb_private.py` fails, naming what changed, when a TensorBoard
+release changes what is used here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tensorboard import context as tb_context
+from tensorboard.data import grpc_provider, provider
+from tensorboard.data.proto import data_provider_pb2
+
+# A series' points as arrays, in the order the data provider keeps them:
+# (steps int64, wall times float64, values float64).
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def read_scalar_columns(
+    data_provider: provider.DataProvider,
+    ctx: tb_context.RequestContext,
+    *,
+    experiment_id: str,
+    plugin_name: str,
+    downsample: int,
+    run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, Columns]] | None:
+    """What `data_provider.read_scalars` answers with these arguments, as columns.
+
+    Args: those of `DataProvider.read_scalars`.
+
+    Returns:
+        {run: {tag: (steps, wall times, values)}}, the points of each series in the order
+        `read_scalars` gives them; None when `data_provider` is not the fast loader's
+        (the caller then uses `read_scalars`).
+
+    Raises:
+        tensorboard.errors.PublicError: as `read_scalars` raises (e.g. NotFoundError).
+    """
+    if not isinstance(data_provider, grpc_provider.GrpcDataProvider):
+        return None
+    request = data_provider_pb2.ReadScalarsRequest()
+    request.experiment_id = experiment_id
+    request.plugin_filter.plugin_name = plugin_name
+    grpc_provider._populate_rtf(run_tag_filter, request.run_tag_filter)
+    request.downsample.num_points = downsample
+    with grpc_provider._translate_grpc_error():
+        response = data_provider._stub.ReadScalars(request)
+    return {
+        run_entry.run_name: {
+            tag_entry.tag_name: (
+                # numpy copies protobuf's repeated numbers without a Python object each
+                np.array(tag_entry.data.step, np.int64),
+                np.array(tag_entry.data.wall_time, np.float64),
+                np.array(tag_entry.data.value, np.float64),
+            )
+            for tag_entry in run_entry.tags
+        }
+        for run_entry in response.runs
+    }
