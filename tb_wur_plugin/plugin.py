@@ -454,7 +454,7 @@ class WURPlugin(base_plugin.TBPlugin):
         return export.stream(
             run,
             tags,
-            lambda tag: self._data.read_scalar_columns(ctx, experiment, run, [tag]).get(tag),
+            lambda batch: self._data.read_scalar_columns(ctx, experiment, run, batch),
             export_format,
         )
 
