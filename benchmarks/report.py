@@ -1,6 +1,9 @@
 """Benchmark of `tb-wur report`: a logdir of LAYERS ratio series × STEPS logged steps (one
 run, written once with the TF-free tb_wur_plugin.writer.SummaryWriter and cached under
 benchmarks/.data), reported by the installed console script; wall time and peak memory.
+With the fast loader, also the time TensorBoard's data server alone takes to load the
+logdir (`load_cycle_s`: started and waited for as the report does, nothing read), the
+part of the report's time that is TensorBoard's.
 
     python benchmarks/report.py                      # 300 layers x 10,000 steps, fast loader
     python benchmarks/report.py --load_fast false    # the Python loader
@@ -71,10 +74,18 @@ def main() -> None:
     assert len(run["layers"]) == args.layers
     assert all(l["logged_steps"] == args.steps for l in run["layers"])
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    load_cycle = None
+    if args.load_fast == "true":
+        from tb_wur_plugin import report as report_module
+
+        start = time.perf_counter()
+        with report_module.open_logdir(path, 0, True):
+            load_cycle = round(time.perf_counter() - start, 2)
     print(json.dumps({
         "layers": args.layers, "steps": args.steps, "load_fast": args.load_fast,
         "event_bytes": size, "write_s": round(written, 2), "report_s": round(seconds, 2),
-        "report_peak_rss_mib": round(peak), "flagged": sum(l["flagged"] for l in run["layers"]),
+        "report_peak_rss_mib": round(peak), "load_cycle_s": load_cycle,
+        "flagged": sum(l["flagged"] for l in run["layers"]),
     }))
 
 
