@@ -3,6 +3,8 @@ written once with the TF-free `tb_wur_plugin.writer.SummaryWriter` (cached under
 benchmarks/.data), served by `tensorboard` with the fast loader and the Python loader.
 
 Per loader:
+- serving_s: from starting `tensorboard` until it serves (its own start: it imports
+  TensorFlow where installed, then starts its data server, whose load begins then);
 - all_steps_s: from starting `tensorboard` until /runs shows every layer with STEPS logged
   steps (polled once a second, as a tab left open polls on reload);
 - peak_rss_mb: the peak resident memory of tensorboard and its data server together (the
@@ -118,6 +120,7 @@ class GroupRSS:
 def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -> dict:
     began = time.perf_counter()
     with TensorBoardServer(logdir, load_fast) as server:
+        serving = time.perf_counter() - began
         with GroupRSS(os.getpgid(server._process.pid)) as rss:
             polls = 0
             while True:
@@ -151,6 +154,7 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             assert rows == layers * steps, rows
         return {
             "loader": "fast" if load_fast else "python",
+            "serving_s": round(serving, 1),
             "all_steps_s": round(all_steps, 1),
             "polls": polls,
             "rss_loaded_mb": {k: round(v / 2**20) for k, v in rss_loaded.items()},
