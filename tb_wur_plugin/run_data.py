@@ -290,8 +290,8 @@ class RunData:
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
     ) -> dict[str, tb_private.Columns]:
         """What `read_scalars` reads, each tag's points as columns (steps int64, wall times
-        float64, values float64) in the same order; from the fast loader's answer directly,
-        without a Python object per point."""
+        float64, values float64) in the same order; with TensorBoard's fast and Python
+        loaders without a Python object per point (`tb_private.read_scalar_columns`)."""
         arguments = dict(
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
@@ -400,7 +400,7 @@ class RunData:
         ratios = listing.ratios
         tags = list(ratios) + ([metadata.SKIPPED_STEP_TAG] if listing.marker is not None else [])
         series, first_wall_time, skipped_steps = [], {}, np.zeros(0, np.int64)
-        # A few tags per read: with a data provider other than the fast loader's, the
+        # A few tags per read: with a data provider other than TensorBoard's two, the
         # points (a Python object each) of one batch at a time are held.
         for batch in range(0, len(tags) if ratios else 0, _READ_BATCH_TAGS):
             data = self.read_scalar_columns(

@@ -11,10 +11,15 @@ release changes what is used here.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from tensorboard import context as tb_context
+from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.compat.proto import summary_pb2, types_pb2
 from tensorboard.data import grpc_provider, provider
 from tensorboard.data.proto import data_provider_pb2
+from tensorboard.util import tensor_util
 
 # A series' points as arrays, in the order the data provider keeps them:
 # (steps int64, wall times float64, values float64).
@@ -36,14 +41,28 @@ def read_scalar_columns(
 
     Returns:
         {run: {tag: (steps, wall times, values)}}, the points of each series in the order
-        `read_scalars` gives them; None when `data_provider` is not the fast loader's
-        (the caller then uses `read_scalars`).
+        `read_scalars` gives them; None when `data_provider` is neither the fast nor the
+        Python loader's (the caller then uses `read_scalars`).
 
     Raises:
         tensorboard.errors.PublicError: as `read_scalars` raises (e.g. NotFoundError).
     """
-    if not isinstance(data_provider, grpc_provider.GrpcDataProvider):
-        return None
+    arguments = dict(
+        experiment_id=experiment_id, plugin_name=plugin_name, downsample=downsample,
+        run_tag_filter=run_tag_filter,
+    )
+    if isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider):
+        return _multiplexer_columns(data_provider, ctx, **arguments)
+    if isinstance(data_provider, grpc_provider.GrpcDataProvider):
+        return _data_server_columns(data_provider, **arguments)
+    return None
+
+
+def _data_server_columns(
+    data_provider: grpc_provider.GrpcDataProvider, *, experiment_id: str, plugin_name: str,
+    downsample: int, run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, Columns]]:
+    """`GrpcDataProvider.read_scalars`'s request, its answer as columns."""
     request = data_provider_pb2.ReadScalarsRequest()
     request.experiment_id = experiment_id
     request.plugin_filter.plugin_name = plugin_name
@@ -63,3 +82,44 @@ def read_scalar_columns(
         }
         for run_entry in response.runs
     }
+
+
+def _multiplexer_columns(
+    data_provider: multiplexer_provider.MultiplexerDataProvider,
+    ctx: tb_context.RequestContext, *, experiment_id: str, plugin_name: str,
+    downsample: int, run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, Columns]]:
+    """`MultiplexerDataProvider.read_scalars`'s points (its checks, its index, its
+    multiplexer's events, its downsampling), as columns."""
+    data_provider._validate_context(ctx)
+    data_provider._validate_experiment_id(experiment_id)
+    data_provider._validate_downsample(downsample)
+    index = data_provider._index(plugin_name, run_tag_filter, summary_pb2.DATA_CLASS_SCALAR)
+    result: dict[str, dict[str, Columns]] = {}
+    for run, tags in index.items():
+        result[run] = {}
+        for tag in tags:
+            events = multiplexer_provider._downsample(
+                data_provider._multiplexer.Tensors(run, tag), downsample
+            )
+            n = len(events)
+            result[run][tag] = (
+                np.fromiter(map(_STEP, events), np.int64, n),
+                np.fromiter(map(_WALL_TIME, events), np.float64, n),
+                np.fromiter(map(_scalar_value, map(_TENSOR_PROTO, events)), np.float64, n),
+            )
+    return result
+
+
+def _scalar_value(proto) -> float:
+    """The value `make_ndarray(proto).item()` gives, a float32 scalar's without it."""
+    if proto.dtype == types_pb2.DT_FLOAT and not proto.tensor_shape.dim and not (
+        proto.tensor_content
+    ) and len(proto.float_val) == 1:
+        return proto.float_val[0]
+    return tensor_util.make_ndarray(proto).item()
+
+
+_STEP = operator.attrgetter("step")
+_WALL_TIME = operator.attrgetter("wall_time")
+_TENSOR_PROTO = operator.attrgetter("tensor_proto")

@@ -375,15 +375,15 @@ def test_runs_are_the_same_before_and_after_a_heatmap(skipping):
 
 def test_runs_then_heatmaps_read_each_run_once(skipping):
     fresh = Backend(skipping.logdir)
-    provider = fresh.plugin._data._provider
+    data = fresh.plugin._data
     reads = []
-    read_scalars = provider.read_scalars
+    read_scalar_columns = data.read_scalar_columns
 
-    def counted(*args, **kwargs):
-        reads.append(sorted(kwargs["run_tag_filter"].runs))
-        return read_scalars(*args, **kwargs)
+    def counted(ctx, experiment, run, tags):
+        reads.append([run])
+        return read_scalar_columns(ctx, experiment, run, tags)
 
-    provider.read_scalars = counted
+    data.read_scalar_columns = counted
     runs = [r["run"] for r in fresh.json("runs")["runs"]]
     fresh.heatmap(run=runs)
     fresh.json("flags", run=runs[0])

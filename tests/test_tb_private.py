@@ -1,7 +1,7 @@
 """The TensorBoard private API the package uses (`tb_wur_plugin.tb_private`) still behaves as
-it expects: against TensorBoard's own data server (the fast loader), its columns are the
-points of the public `GrpcDataProvider.read_scalars`, bit for bit and in the same order.
-Each failure names the private API and the TensorBoard version."""
+it expects: over TensorBoard's own data server (the fast loader) and its Python loader, its
+columns are the points of the public `read_scalars` of their data providers, bit for bit
+and in the same order. Each failure names the private API and the TensorBoard version."""
 
 import contextlib
 
@@ -10,12 +10,19 @@ import pytest
 import tensorboard
 from tensorboard import context as tb_context
 from tensorboard import errors
-from tensorboard.data import grpc_provider, provider
+from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
+from tensorboard.data import grpc_provider, provider, server_ingester
+from tensorboard.summary.writer import event_file_writer
 
 from tb_wur_plugin import metadata, report, tb_private
 from tb_wur_plugin.writer import SummaryWriter
 
-API = "tensorboard.data.grpc_provider (GrpcDataProvider._stub, _populate_rtf, _translate_grpc_error)"
+API = (
+    "tensorboard.data.grpc_provider (GrpcDataProvider._stub, _populate_rtf, _translate_grpc_error)"
+    " / tensorboard.backend.event_processing.data_provider (MultiplexerDataProvider._index,"
+    " _multiplexer, _validate_*, _downsample)"
+)
 CTX = tb_context.RequestContext()
 
 
@@ -35,8 +42,8 @@ def private():
 
 
 @pytest.fixture(scope="module")
-def fast_loader(tmp_path_factory):
-    """The data server over two runs; values of every kind, a step written twice."""
+def logdir(tmp_path_factory):
+    """Two runs; values of every kind, a step written twice."""
     logdir = tmp_path_factory.mktemp("logs")
     for run, scale in (("a", 1.0), ("b", 3.0)):
         with SummaryWriter(logdir / run) as writer:
@@ -49,8 +56,41 @@ def fast_loader(tmp_path_factory):
             writer.add_ratios({"dense/kernel": 1.5, "dense/bias": 2.5}, 300)
             writer.add_ratios({"dense/kernel": 2.5e-4, "dense/bias": 0.0}, 300)  # written again
             writer.add_ratios({"dense/kernel": float("nan"), "dense/bias": float("inf")}, 301)
-    binary = pytest.importorskip("tensorboard.data.server_ingester").get_server_binary()
-    with report._data_server(binary.path, str(logdir), 0) as data_provider:
+    _write_other_encodings(str(logdir / "c"))
+    return str(logdir)
+
+
+def _write_other_encodings(run_dir):
+    """Run 'c': ratios as float64 scalars and as float32 `tensor_content`, encodings other
+    writers may use (the Python loader's columns take them through `make_ndarray`)."""
+    writer = event_file_writer.EventFileWriter(run_dir)
+    ratio_metadata = metadata.create_summary_metadata(metadata.KIND_RATIO)
+    for step in range(20):
+        double = summary_pb2.Summary.Value(tag="f64/kernel", metadata=ratio_metadata)
+        double.tensor.dtype = types_pb2.DT_DOUBLE
+        double.tensor.tensor_shape.SetInParent()
+        double.tensor.double_val.append(1 / (step + 3))
+        content = summary_pb2.Summary.Value(tag="content/kernel", metadata=ratio_metadata)
+        content.tensor.dtype = types_pb2.DT_FLOAT
+        content.tensor.tensor_shape.SetInParent()
+        content.tensor.tensor_content = np.float32(2 / (step + 3)).tobytes()
+        writer.add_event(event_pb2.Event(
+            step=step, wall_time=1.7e9 + step, summary=summary_pb2.Summary(value=[double, content])
+        ))
+    writer.close()
+
+
+@pytest.fixture(scope="module", params=["fast", "python"])
+def loader(request, logdir):
+    """The data provider of TensorBoard's data server, or of its Python loader."""
+    if request.param == "python":
+        data_provider = report._python_provider(logdir, 0)
+        check(isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider),
+              "not a MultiplexerDataProvider")
+        yield data_provider
+        return
+    binary = server_ingester.get_server_binary()
+    with report._data_server(binary.path, logdir, 0) as data_provider:
         check(isinstance(data_provider, grpc_provider.GrpcDataProvider), "not a GrpcDataProvider")
         yield data_provider
 
@@ -66,12 +106,12 @@ def _read(data_provider, read, **filters):
     {}, {"runs": ["b"]}, {"runs": ["a"], "tags": ["dense/bias", metadata.LEARNING_RATE_TAG]},
     {"runs": ["a", "gone"], "tags": ["no such tag"]},
 ])
-def test_columns_are_the_public_read_scalars_points(fast_loader, filters):
+def test_columns_are_the_public_read_scalars_points(loader, filters):
     with private():
-        columns = _read(fast_loader, tb_private.read_scalar_columns, **filters)
-    points = _read(fast_loader, lambda data_provider, ctx, **arguments:
+        columns = _read(loader, tb_private.read_scalar_columns, **filters)
+    points = _read(loader, lambda data_provider, ctx, **arguments:
                    data_provider.read_scalars(ctx, **arguments), **filters)
-    check(columns is not None, "the fast loader's provider was not read")
+    check(columns is not None, f"{type(loader).__name__} was not read")
     check({r: sorted(t) for r, t in columns.items()} == {r: sorted(t) for r, t in points.items()},
           f"other runs or tags: {columns.keys()} / {points.keys()}")
     total = 0
@@ -86,27 +126,30 @@ def test_columns_are_the_public_read_scalars_points(fast_loader, filters):
             check(np.array_equal(values, want, equal_nan=True), f"{run}/{tag}: other values")
             total += len(series)
     if not filters:
-        # per run: 102 steps of each layer and of the skipped-step marker (the data server
-        # keeps the last write of step 300), 100 learning rates
-        check(total == 2 * (3 * 102 + 100), f"{total} points")
+        # runs a and b: 102 steps of each layer and of the skipped-step marker (the data
+        # server keeps the last write of step 300, the Python loader both), 100 learning
+        # rates; run c: 20 of each encoding (the data server keeps no float64 scalar)
+        fast = isinstance(loader, grpc_provider.GrpcDataProvider)
+        written_twice, run_c = (0, 20) if fast else (2 * 3, 40)
+        check(total == 2 * (3 * 102 + 100) + written_twice + run_c, f"{total} points")
 
 
-def test_downsampling_is_the_public_one(fast_loader):
+def test_downsampling_is_the_public_one(loader):
     arguments = dict(experiment_id="", plugin_name=metadata.PLUGIN_NAME, downsample=10,
                      run_tag_filter=provider.RunTagFilter(runs=["a"], tags=["dense/kernel"]))
     with private():
-        steps = tb_private.read_scalar_columns(fast_loader, CTX, **arguments)["a"]["dense/kernel"][0]
-    public = fast_loader.read_scalars(CTX, **arguments)["a"]["dense/kernel"]
+        steps = tb_private.read_scalar_columns(loader, CTX, **arguments)["a"]["dense/kernel"][0]
+    public = loader.read_scalars(CTX, **arguments)["a"]["dense/kernel"]
     check(len(steps) == 10 and steps.tolist() == [p.step for p in public],
           f"downsampled to {steps.tolist()}, public {[p.step for p in public]}")
 
 
 def test_other_providers_are_not_read():
-    class NotTheFastLoader:
+    class NotTensorBoardsProvider:
         def read_scalars(self, *args, **kwargs):
             raise AssertionError("read_scalar_columns must not read other providers")
 
     assert tb_private.read_scalar_columns(
-        NotTheFastLoader(), CTX, experiment_id="", plugin_name=metadata.PLUGIN_NAME,
+        NotTensorBoardsProvider(), CTX, experiment_id="", plugin_name=metadata.PLUGIN_NAME,
         downsample=10, run_tag_filter=None,
     ) is None
