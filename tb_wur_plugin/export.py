@@ -16,7 +16,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_wur_plugin.http_args import shown
-from tb_wur_plugin.tb_private import Columns
+from tb_wur_plugin.point_columns import PointColumns
 
 FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,ratio\r\n"
@@ -25,7 +25,7 @@ CSV_HEADER = "tag,step,wall_time,ratio\r\n"
 def stream(
     run: str,
     tags: Sequence[str],
-    read_tags: Callable[[list[str]], dict[str, Columns]],
+    read_tags: Callable[[list[str]], dict[str, PointColumns]],
     export_format: str,
 ) -> Iterator[str]:
     """The export of `run`, as text chunks.
@@ -63,8 +63,8 @@ def filename(run: str, export_format: str) -> str:
 
 
 def _points_by_tag(
-    run: str, tags: Sequence[str], read_tags: Callable[[list[str]], dict[str, Columns]]
-) -> Iterator[tuple[str, Columns]]:
+    run: str, tags: Sequence[str], read_tags: Callable[[list[str]], dict[str, PointColumns]]
+) -> Iterator[tuple[str, PointColumns]]:
     """(tag, its columns by step) of each of `tags`, read TAGS_PER_READ at a time when the
     stream reaches them."""
     for start in range(0, len(tags), TAGS_PER_READ):
@@ -113,7 +113,7 @@ def _csv_field(text: str) -> str:
     return buffer.getvalue()[:-2]  # without the row's "\r\n"
 
 
-def _csv_chunks(points_by_tag: Iterable[tuple[str, Columns]]) -> Iterator[str]:
+def _csv_chunks(points_by_tag: Iterable[tuple[str, PointColumns]]) -> Iterator[str]:
     yield CSV_HEADER
     step_texts, wall_time_texts = _RepeatedTexts(str), _RepeatedTexts(repr)
     for tag, (steps, wall_times, values) in points_by_tag:
@@ -138,7 +138,7 @@ def _json_number(value: float) -> str:
     return repr(float(value))
 
 
-def _json_chunks(points_by_tag: Iterable[tuple[str, Columns]]) -> Iterator[str]:
+def _json_chunks(points_by_tag: Iterable[tuple[str, PointColumns]]) -> Iterator[str]:
     yield "{"
     step_texts, wall_time_texts = _RepeatedTexts(str), _RepeatedTexts(repr)
     for position, (tag, (steps, wall_times, values)) in enumerate(points_by_tag):

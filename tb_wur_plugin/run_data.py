@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import logging
 import math
-import operator
 import threading
 from typing import Any, Callable, Hashable, TypeVar
 
@@ -28,7 +27,7 @@ from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 from tensorboard.data import provider
 
-from tb_wur_plugin import heatmap, metadata, tb_private
+from tb_wur_plugin import heatmap, metadata, point_columns, tb_private
 from tb_wur_plugin.http_args import shown
 
 logger = logging.getLogger(__name__)
@@ -108,22 +107,6 @@ def ratios_of(scalars: dict[str, dict[str, Series]], run: str) -> dict[str, Seri
 def by_step(points: list) -> list:
     """`points` sorted by step; points of the same step stay in the order they were written."""
     return sorted(points, key=lambda p: p.step)
-
-
-_STEP = operator.attrgetter("step")
-_WALL_TIME = operator.attrgetter("wall_time")
-_VALUE = operator.attrgetter("value")
-
-
-def point_arrays(points: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps int64, wall times float64, values float64) of scalar points, in their order:
-    one pass per field in C (`map` over an attrgetter), no Python code per point."""
-    n = len(points)
-    return (
-        np.fromiter(map(_STEP, points), np.int64, n),
-        np.fromiter(map(_WALL_TIME, points), np.float64, n),
-        np.fromiter(map(_VALUE, points), np.float64, n),
-    )
 
 
 # --- what is read and cached per run ------------------------------------------------------
@@ -288,7 +271,7 @@ class RunData:
 
     def read_scalar_columns(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
-    ) -> dict[str, tb_private.Columns]:
+    ) -> dict[str, point_columns.PointColumns]:
         """What `read_scalars` reads, each tag's points as columns (steps int64, wall times
         float64, values float64) in the same order; with TensorBoard's fast and Python
         loaders without a Python object per point (`tb_private.read_scalar_columns`)."""
@@ -302,7 +285,7 @@ class RunData:
         if columns is not None:
             return columns.get(run, {})
         by_tag = self._provider.read_scalars(ctx, **arguments).get(run, {})
-        return {tag: point_arrays(by_tag.pop(tag)) for tag in list(by_tag)}
+        return {tag: point_columns.of_points(by_tag.pop(tag)) for tag in list(by_tag)}
 
     def read_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]

@@ -1,17 +1,19 @@
 """Every use of TensorBoard's private API in the package, and nothing else.
 
-TensorBoard's public `DataProvider.read_scalars` of the fast loader (`GrpcDataProvider`)
-turns the data server's columnar answer into one Python `ScalarDatum` per point, most of
-the time of reading a large run. `read_scalar_columns` sends the same request to the same
-data server and keeps the answer's columns as numpy arrays: the same points, in the same
-order, with the same error translation (other data providers: None, and the caller uses the
-public `read_scalars`). `tests/test_tb_private.py` fails, naming what changed, when a TensorBoard
-release changes what is used here.
+TensorBoard's public `DataProvider.read_scalars` gives one Python `ScalarDatum` per point,
+most of the time of reading a large run: the fast loader (`GrpcDataProvider`) makes them
+from the data server's columnar answer, the Python loader (`MultiplexerDataProvider`) with
+a `tensor_util.make_ndarray` per point. `read_scalar_columns` reads the same points as numpy
+columns: for the fast loader it sends the same request to the same data server and keeps
+the answer's columns, with the same error translation; for the Python loader it reads the
+same events of the multiplexer, downsampled the same way, and takes a float32 scalar's
+value straight from its proto (any other tensor through `make_ndarray`, as TensorBoard
+does). Other data providers: None, and the caller uses the public `read_scalars`.
+`tests/test_tb_private.py` fails, naming what changed, when a TensorBoard release changes
+what is used here.
 """
 
 from __future__ import annotations
-
-import operator
 
 import numpy as np
 from tensorboard import context as tb_context
@@ -21,9 +23,7 @@ from tensorboard.data import grpc_provider, provider
 from tensorboard.data.proto import data_provider_pb2
 from tensorboard.util import tensor_util
 
-# A series' points as arrays, in the order the data provider keeps them:
-# (steps int64, wall times float64, values float64).
-Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+from tb_wur_plugin.point_columns import PointColumns, of_points
 
 
 def read_scalar_columns(
@@ -34,7 +34,7 @@ def read_scalar_columns(
     plugin_name: str,
     downsample: int,
     run_tag_filter: provider.RunTagFilter | None,
-) -> dict[str, dict[str, Columns]] | None:
+) -> dict[str, dict[str, PointColumns]] | None:
     """What `data_provider.read_scalars` answers with these arguments, as columns.
 
     Args: those of `DataProvider.read_scalars`.
@@ -61,7 +61,7 @@ def read_scalar_columns(
 def _data_server_columns(
     data_provider: grpc_provider.GrpcDataProvider, *, experiment_id: str, plugin_name: str,
     downsample: int, run_tag_filter: provider.RunTagFilter | None,
-) -> dict[str, dict[str, Columns]]:
+) -> dict[str, dict[str, PointColumns]]:
     """`GrpcDataProvider.read_scalars`'s request, its answer as columns."""
     request = data_provider_pb2.ReadScalarsRequest()
     request.experiment_id = experiment_id
@@ -88,38 +88,30 @@ def _multiplexer_columns(
     data_provider: multiplexer_provider.MultiplexerDataProvider,
     ctx: tb_context.RequestContext, *, experiment_id: str, plugin_name: str,
     downsample: int, run_tag_filter: provider.RunTagFilter | None,
-) -> dict[str, dict[str, Columns]]:
+) -> dict[str, dict[str, PointColumns]]:
     """`MultiplexerDataProvider.read_scalars`'s points (its checks, its index, its
     multiplexer's events, its downsampling), as columns."""
     data_provider._validate_context(ctx)
     data_provider._validate_experiment_id(experiment_id)
     data_provider._validate_downsample(downsample)
     index = data_provider._index(plugin_name, run_tag_filter, summary_pb2.DATA_CLASS_SCALAR)
-    result: dict[str, dict[str, Columns]] = {}
+    result: dict[str, dict[str, PointColumns]] = {}
     for run, tags in index.items():
         result[run] = {}
         for tag in tags:
             events = multiplexer_provider._downsample(
                 data_provider._multiplexer.Tensors(run, tag), downsample
             )
-            n = len(events)
-            result[run][tag] = (
-                np.fromiter(map(_STEP, events), np.int64, n),
-                np.fromiter(map(_WALL_TIME, events), np.float64, n),
-                np.fromiter(map(_scalar_value, map(_TENSOR_PROTO, events)), np.float64, n),
-            )
+            result[run][tag] = of_points(events, _event_value)
     return result
 
 
-def _scalar_value(proto) -> float:
-    """The value `make_ndarray(proto).item()` gives, a float32 scalar's without it."""
+def _event_value(event) -> float:
+    """The value `make_ndarray(event.tensor_proto).item()` gives, a float32 scalar's without
+    it."""
+    proto = event.tensor_proto
     if proto.dtype == types_pb2.DT_FLOAT and not proto.tensor_shape.dim and not (
         proto.tensor_content
     ) and len(proto.float_val) == 1:
         return proto.float_val[0]
     return tensor_util.make_ndarray(proto).item()
-
-
-_STEP = operator.attrgetter("step")
-_WALL_TIME = operator.attrgetter("wall_time")
-_TENSOR_PROTO = operator.attrgetter("tensor_proto")
