@@ -1,5 +1,8 @@
+import contextlib
+import fcntl
 import os
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
@@ -18,3 +21,102 @@ def writer(logdir):
     w = tf.summary.create_file_writer(logdir)
     yield w
     w.close()
+
+
+# --- parallel runs (pytest-xdist; pytest.ini runs `-n 2 --dist loadscope`) ------------------
+#
+# Work units: a module's tests go to one worker, so that its module-scoped fixtures (trained
+# logdirs, servers) are made once, except in the modules of SPLIT, whose tests share no costly
+# module fixture beyond one parametrized test's: there a unit is one test function (all its
+# parameters). Units are handed out costliest first (COST: seconds measured on one core, a
+# module not named counts DEFAULT_COST), so that no long unit starts last.
+
+SPLIT = {"tests/test_frontend.py", "tests/test_benchmarks_smoke.py", "tests/test_examples.py"}
+COST = {
+    "tests/test_frontend.py::test_tab_in_chromium": 160,
+    "tests/test_benchmarks_smoke.py::test_training_benchmark_smoke": 100,
+    "tests/test_server_robustness.py": 150,
+    "tests/test_tensorboard_server.py": 95,
+    "tests/test_compat_v1.py": 70,
+    "tests/test_large_run.py": 65,
+    "tests/test_plugin_loading.py": 60,
+    "tests/test_keras_callback.py": 55,
+    "tests/test_distribute.py": 50,
+    "tests/test_faults_writer.py": 50,
+    "tests/test_ratios.py": 50,
+    "tests/test_keras_backends.py": 50,
+    "tests/test_fuzz.py": 45,
+    "tests/test_torch.py": 45,
+    "tests/test_armijo.py": 45,
+    "tests/test_compact_format.py": 40,
+    "tests/test_writer.py": 40,
+    "tests/test_sparse.py": 40,
+    "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 40,
+    "tests/test_frontend.py::test_keras_callback_run_in_chromium": 55,
+    "tests/test_frontend.py::test_new_steps_appear_live_keeping_filter_and_layer": 25,
+    "tests/test_examples.py::test_demo_runs_differ_in_their_ratios": 25,
+    "tests/test_jax.py": 25,
+}
+DEFAULT_COST = 10
+
+
+def _unit(nodeid: str) -> str:
+    module, _, rest = nodeid.partition("::")
+    if module in SPLIT:
+        return f"{module}::{rest.split('[')[0]}"
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CostliestFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+        def _assign_work_unit(self, node):
+            costliest = max(self.workqueue, key=lambda unit: COST.get(unit, DEFAULT_COST))
+            self.workqueue.move_to_end(costliest, last=False)
+            super()._assign_work_unit(node)
+
+    return CostliestFirst(config, log)
+
+
+# --- tests that run alone -----------------------------------------------------------------
+#
+# A test marked `alone` (memory peaks, timing) runs while no other worker runs a test: every
+# test holds a shared lock on one file for its setup, call and teardown, an `alone` one holds
+# it exclusively. A second file is the turnstile that makes the `alone` one wait only for the
+# tests already running, not for every later one.
+
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+
+
+@contextlib.contextmanager
+def _locked(alone: bool):
+    if _RUN is None:  # not under xdist: nothing else runs
+        yield
+        return
+    base = os.path.join(tempfile.gettempdir(), f"tb-wur-tests-{_RUN}")
+    with open(base + ".turnstile", "a") as turnstile, open(base + ".lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _locked(item.get_closest_marker("alone") is not None):
+        yield

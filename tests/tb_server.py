@@ -1,17 +1,93 @@
-"""Runs the real `tensorboard` command on 127.0.0.1 for tests."""
+"""Runs the real `tensorboard` command on 127.0.0.1 for tests.
+
+Each server is its own process running `tensorboard.main.run_main()` (the `tensorboard`
+console script) with its own argv, in its own session. The processes are forked by one
+multiprocessing fork server per test process that has imported TensorBoard, TensorFlow
+(which TensorBoard's start-up imports) and the plugin once, so that a server starts in about
+a second instead of the ten that importing TensorFlow takes. TB_SERVER_SUBPROCESS=1, or a
+main script (which multiprocessing would run again in each process), starts `python -m
+tensorboard.main` afresh instead, as before.
+"""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+
+# what every server imports anyway (tensorboard.main's start-up imports tensorflow)
+PRELOAD = ["tensorboard.main", "tensorboard.default", "tensorboard.program",
+           "tensorboard.data.server_ingester", "tensorflow", "tb_wur_plugin.plugin"]
+_fork_context = None
+_fork_lock = threading.Lock()
+
+
+def _forkserver():
+    global _fork_context
+    with _fork_lock:
+        if _fork_context is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(PRELOAD)
+            _fork_context = context
+        return _fork_context
+
+
+def _main_is_not_rerun() -> bool:
+    """Whether a process of the fork server leaves __main__ alone (it runs a main script
+    again, as multiprocessing's spawn does: a benchmark run as a script starts `python -m
+    tensorboard.main` instead)."""
+    main = sys.modules["__main__"]
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return name == "__main__" or name.endswith(".__main__")
+    return getattr(main, "__file__", None) is None
+
+
+def _serve(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> None:
+    """In the forked process: `tensorboard ARGV` with stdout and stderr to `log_path`."""
+    os.setsid()  # its own process group: stopped with the data server it starts
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["tensorboard", *argv]
+    from tensorboard import main
+
+    main.run_main()
+
+
+class _Forked:
+    """The forked server process, with the part of subprocess.Popen's interface used here."""
+
+    def __init__(self, argv: list[str], log_path: str, env: dict[str, str]):
+        self._process = _forkserver().Process(
+            target=_serve, args=(argv, log_path, os.getcwd(), env), daemon=True,
+        )
+        self._process.start()
+        self.pid = self._process.pid
+
+    def poll(self):
+        return self._process.exitcode
+
+    def wait(self, timeout=None):
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired("tensorboard", timeout)
+        return self._process.exitcode
 
 
 class TensorBoardServer:
@@ -32,10 +108,14 @@ class TensorBoardServer:
         if not self.load_fast:
             args += ["--reload_interval", "0", "--reload_task", "blocking"]
         self._log = tempfile.NamedTemporaryFile("w+", suffix=".log")
-        self._process = subprocess.Popen(
-            args + list(self.extra_args), stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        )
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+        if os.environ.get("TB_SERVER_SUBPROCESS") == "1" or not _main_is_not_rerun():
+            self._process = subprocess.Popen(
+                args + list(self.extra_args), stdout=self._log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env,
+            )
+        else:  # the same argv, after `python -m tensorboard.main`
+            self._process = _Forked(args[3:] + list(self.extra_args), self._log.name, env)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             self._log.seek(0)
@@ -45,18 +125,24 @@ class TensorBoardServer:
                 return self
             if self._process.poll() is not None:
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.__exit__()
         raise RuntimeError(f"tensorboard did not start:\n{self.output()}")
 
     def __exit__(self, *exc) -> None:
         if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
+            self._kill(signal.SIGTERM)
             try:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
+                self._kill(signal.SIGKILL)
                 self._process.wait()
+
+    def _kill(self, sig: int) -> None:
+        try:
+            os.killpg(self._process.pid, sig)
+        except ProcessLookupError:  # forked, not yet in its own session
+            os.kill(self._process.pid, sig)
 
     def output(self) -> str:
         self._log.seek(0)
@@ -85,4 +171,4 @@ class TensorBoardServer:
                 return data
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting on {path}: {data}\n{self.output()}")
-            time.sleep(0.5)
+            time.sleep(0.1)

@@ -7,6 +7,7 @@ them (scripts/test.sh runs it). Without them these tests fail; they never skip.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -128,6 +129,14 @@ def _report(logdir: str, patience: int) -> dict:
     return {r["run"]: [l["tag"] for l in r["layers"] if l["flagged"]] for r in report["runs"]}
 
 
+@pytest.fixture(scope="module")
+def tab_reports(tab_logdir):
+    """{patience: _report(tab_logdir, patience)} for PATIENCES: the logdir is the same for
+    both loaders' tab tests, so its headless reports are made once, at once."""
+    with concurrent.futures.ThreadPoolExecutor(len(PATIENCES)) as pool:
+        return dict(zip(PATIENCES, pool.map(lambda p: _report(tab_logdir, p), PATIENCES)))
+
+
 def _points(export: dict, tag: str) -> dict:
     """{step: ratio} of an exported tag (the last value written at a step counts)."""
     return {p[1]: float(p[2]) for p in export[tag]}
@@ -177,7 +186,7 @@ def _expected_suggestion(server, runs: dict, exports: dict, run: str, tag: str, 
 
 
 @pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
-def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
+def test_tab_in_chromium(tab_logdir, tab_reports, load_fast, tmp_path):
     label = "fast" if load_fast else "python"
     with TensorBoardServer(tab_logdir, load_fast) as server:
         runs = server.wait_for(
@@ -205,7 +214,7 @@ def test_tab_in_chromium(tab_logdir, load_fast, tmp_path):
         # the flags for several patiences: /flags, and the same layers as the headless report
         flags_by_patience = {}
         for patience in PATIENCES:
-            report = _report(tab_logdir, patience)
+            report = tab_reports[patience]
             flags_by_patience[str(patience)] = {}
             for run in (wur_data.RUN_A, wur_data.RUN_B, wur_data.RUN_C):
                 q = urllib.parse.quote(run)

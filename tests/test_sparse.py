@@ -112,6 +112,7 @@ def peak_memory():
     return results
 
 
+@pytest.mark.alone  # peaks measured with no other test competing for the CPU
 def test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step(peak_memory):
     """The snapshot is one dense copy (see the module note); Δw and the read after the update
     are held one variable at a time (measured: SGD +1.00, Adam +0.00 under its own dense
