@@ -32,32 +32,37 @@ def writer(logdir):
 # module not named counts DEFAULT_COST), so that no long unit starts last.
 
 SPLIT = {"tests/test_frontend.py", "tests/test_benchmarks_smoke.py", "tests/test_examples.py"}
-COST = {
-    "tests/test_frontend.py::test_tab_in_chromium": 160,
-    "tests/test_benchmarks_smoke.py::test_training_benchmark_smoke": 100,
-    "tests/test_server_robustness.py": 150,
-    "tests/test_tensorboard_server.py": 95,
-    "tests/test_compat_v1.py": 70,
-    "tests/test_large_run.py": 65,
-    "tests/test_plugin_loading.py": 60,
-    "tests/test_keras_callback.py": 55,
-    "tests/test_distribute.py": 50,
+COST = {  # seconds of the last full parallel run (at a load average of ~4)
+    "tests/test_benchmarks_smoke.py::test_training_benchmark_smoke": 290,
+    "tests/test_frontend.py::test_tab_in_chromium": 200,
+    "tests/test_ratios.py": 130,
+    "tests/test_server_robustness.py": 130,
+    "tests/test_distribute.py": 105,
+    "tests/test_keras_callback.py": 85,
+    "tests/test_armijo.py": 80,
+    "tests/test_fuzz.py": 65,
+    "tests/test_compat_v1.py": 60,
     "tests/test_faults_writer.py": 50,
-    "tests/test_ratios.py": 50,
-    "tests/test_keras_backends.py": 50,
-    "tests/test_fuzz.py": 45,
-    "tests/test_torch.py": 45,
-    "tests/test_armijo.py": 45,
+    "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
+    "tests/test_examples.py::test_demo_runs_differ_in_their_ratios": 45,
     "tests/test_compact_format.py": 40,
-    "tests/test_writer.py": 40,
-    "tests/test_sparse.py": 40,
-    "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 40,
-    "tests/test_frontend.py::test_keras_callback_run_in_chromium": 55,
-    "tests/test_frontend.py::test_new_steps_appear_live_keeping_filter_and_layer": 25,
-    "tests/test_examples.py::test_demo_runs_differ_in_their_ratios": 25,
-    "tests/test_jax.py": 25,
+    "tests/test_captured_changes.py": 35,
+    "tests/test_keras_backends.py": 35,
+    "tests/test_large_run.py": 30,
+    "tests/test_examples.py::test_keras_fit_example": 30,
+    "tests/test_torch.py": 30,
+    "tests/test_frontend.py::test_keras_callback_run_in_chromium": 30,
+    "tests/test_benchmarks_smoke.py::test_stacked_sums_benchmark_smoke": 27,
+    "tests/test_examples.py::test_custom_loop_example_logs_every_nth_step": 25,
+    "tests/test_report.py": 25,
+    "tests/test_benchmarks_smoke.py::test_tf1_benchmark_smoke": 24,
+    "tests/test_tensorboard_server.py": 20,
+    "tests/test_writer.py": 20,
 }
 DEFAULT_COST = 10
+# The test of `alone` below that a run starts with, on the first worker, before the others
+# get work (waiting for it to start later could cost the length of any other test).
+START_ALONE = "tests/test_sparse.py::test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step"
 
 
 def _unit(nodeid: str) -> str:
@@ -74,15 +79,50 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class CostliestFirst(LoadScopeScheduling):
+        runner = None  # the worker given START_ALONE's unit
+        held = None  # the others, waiting for START_ALONE to end; None once it has
+
         def _split_scope(self, nodeid):
             return _unit(nodeid)
 
         def _assign_work_unit(self, node):
-            costliest = max(self.workqueue, key=lambda unit: COST.get(unit, DEFAULT_COST))
-            self.workqueue.move_to_end(costliest, last=False)
+            if self.runner is None and START_ALONE in self.collection:
+                self.runner, self.held = node, []
+                self.workqueue.move_to_end(_unit(START_ALONE), last=False)
+            elif self.held is not None and node is not self.runner:
+                self.held.append(node)
+                return
+            else:
+                costliest = max(self.workqueue, key=lambda unit: COST.get(unit, DEFAULT_COST))
+                self.workqueue.move_to_end(costliest, last=False)
             super()._assign_work_unit(node)
 
+        def _release(self):
+            held, self.held = self.held or [], None
+            for node in held:
+                if node in self.assigned_work:
+                    self._reschedule(node)
+
+        def mark_test_complete(self, node, item_index, duration=0):
+            super().mark_test_complete(node, item_index, duration)
+            if self.held is not None and self.registered_collections[node][item_index] == START_ALONE:
+                self._release()
+
+        def remove_node(self, node):
+            if node is self.runner:  # crashed (or done) before releasing the others
+                self._release()
+            return super().remove_node(node)
+
     return CostliestFirst(config, log)
+
+
+def pytest_collection_modifyitems(items):
+    """The tests marked `alone` first in their module (START_ALONE starts its unit)."""
+    order = {}
+    for index, item in enumerate(items):
+        order.setdefault(item.nodeid.partition("::")[0], index)
+    items.sort(key=lambda item: (order[item.nodeid.partition("::")[0]],
+                                 item.get_closest_marker("alone") is None))
 
 
 # --- tests that run alone -----------------------------------------------------------------
