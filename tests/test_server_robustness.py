@@ -25,7 +25,7 @@ from tensorboard.compat.proto import event_pb2
 
 from backend import Backend
 from tb_server import TensorBoardServer
-from tb_wur_plugin import heatmap_wire, wur_summary
+from tb_wur_plugin import export, heatmap_wire, wur_summary
 
 LOADERS = pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
 TAGS = ("model/dense/kernel", "model/dense/bias")
@@ -266,8 +266,10 @@ def test_a_run_deleted_while_served_gives_clean_404s(tmp_path, load_fast):
         assert all("was removed during its export" in error for error in logged[1:]), logged[1:]
 
 
-def test_an_export_whose_run_is_deleted_midway_is_aborted_not_truncated(tmp_path):
-    """In-process, deterministic: the run vanishes after the export's first tag."""
+def test_an_export_whose_run_is_deleted_midway_is_aborted_not_truncated(tmp_path, monkeypatch):
+    """In-process, deterministic: the run vanishes after the export's first read (of one
+    tag here: the export reads export.TAGS_PER_READ tags at a time, more than this run has)."""
+    monkeypatch.setattr(export, "TAGS_PER_READ", 1)
     logdir = tmp_path / "logs"
     _write_run(str(logdir / "doomed"))
     backend = Backend(str(logdir))
