@@ -10,9 +10,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["tb_wur_plugin", "tb_wur_plugin.*"]),
     package_data={"tb_wur_plugin": ["static/*", "http_api.md"]},
-    install_requires=[
-        "tensorflow>=2.16",
-        "keras>=3.0",
+    install_requires=[  # no TensorFlow: the tab, `tb-wur`, `writer`, `torch` and `jax` need none
         "tensorboard>=2.16",
         "werkzeug>=2.0",
         "numpy>=1.23",
@@ -23,6 +21,8 @@ setup(
         "demo": ["scikit-learn>=1.0"],
         "torch": ["torch==2.13.0"],  # tb_wur_plugin.torch
         "jax": ["jax", "optax"],  # tb_wur_plugin.jax
+        # wur_summary, the Keras callback, armijo and compat.v1
+        "tensorflow": ["tensorflow>=2.16", "keras>=3.0"],
     },
     entry_points={
         "tensorboard_plugins": ["wur = tb_wur_plugin.plugin:WURLoader"],

@@ -13,7 +13,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   # (this machine's pip configuration warns about a missing local index: not shown)
   "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel \
     2> >(grep -v "^WARNING: Location" >&2)
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,demo,torch,jax]" \
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,demo,torch,jax,tensorflow]" \
     2> >(grep -v "^WARNING: Location" >&2)
   echo "$WANT" > "$STAMP"
 fi
