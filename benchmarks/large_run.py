@@ -171,7 +171,8 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
 def profile(logdir: str, load_fast: bool, columns: int, top: int) -> None:
     """The plugin's reads in-process, each timed, with cProfile's top functions."""
     from tensorboard import context as tb_context
-    from tb_wur_plugin import plugin, report
+    from tb_wur_plugin import plugin
+    from tb_wur_plugin.read import report
     from tensorboard.plugins import base_plugin
 
     loader = "fast" if load_fast else "python"

@@ -76,7 +76,7 @@ def main() -> None:
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     load_cycle = None
     if args.load_fast == "true":
-        from tb_wur_plugin import report as report_module
+        from tb_wur_plugin.read import report as report_module
 
         start = time.perf_counter()
         with report_module.open_logdir(path, 0, True):

@@ -32,9 +32,11 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from tb_wur_plugin import metadata, watch, watched, wur_summary  # noqa: E402
+from tb_wur_plugin import metadata, wur_summary  # noqa: E402
+from tb_wur_plugin.tf_write import watch
+from tb_wur_plugin.tf_write.variables import WatchedVariable
 from tb_wur_plugin.writer import Counts, SummaryWriter  # noqa: E402
-from tb_wur_plugin.numpy_bucketing import bucket_counts  # noqa: E402
+from tb_wur_plugin.arrays.numpy_math import bucket_counts  # noqa: E402
 from old_layout import OldLayoutWriter  # noqa: E402
 
 
@@ -73,7 +75,7 @@ def layout(old: bool):
 def write_tf(logdir, layers, steps, histograms, old):
     rng = np.random.default_rng(0)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32)) for s in shapes(layers)]
-    watched_list = [watched.WatchedVariable(t, v) for t, v in zip(tags(layers), variables)]
+    watched_list = [WatchedVariable(t, v) for t, v in zip(tags(layers), variables)]
     original = watch.watched_variables
     watch.watched_variables = lambda _: watched_list
 

@@ -41,7 +41,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from training import Variants, interleaved, make_workload, summary  # noqa: E402
 
-from tb_wur_plugin import ratios  # noqa: E402
+from tb_wur_plugin.tf_write import ratios  # noqa: E402
 
 ROW_ELEMENTS = 512
 # above this norm, the squares a float32 row of ROW_ELEMENTS elements loses to underflow

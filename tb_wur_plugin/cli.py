@@ -14,8 +14,8 @@ import re
 import sys
 from typing import Any, Callable
 
-from tb_wur_plugin.plugin import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
-from tb_wur_plugin import argument_values, flags, suggest
+from tb_wur_plugin.read.settings import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read import argument_values, flags, suggest
 
 EXIT_OK, EXIT_FLAGGED, EXIT_ERROR = 0, 1, 2
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_ERROR
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
-    from tb_wur_plugin import report
+    from tb_wur_plugin.read import report
 
     settings = report.Settings(args.low, args.high, args.patience, args.target, args.last)
     try:

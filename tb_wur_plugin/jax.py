@@ -29,13 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.writer import (
-    Counts,
-    SummaryWriter,
-    histogram_description,
-    ratio_description,
-    ratios_from_norms,
-)
+from tb_wur_plugin.arrays import jax_math
+from tb_wur_plugin.metadata import histogram_description, ratio_description
+from tb_wur_plugin.writer import Counts, SummaryWriter
 
 __all__ = ["update_ratios", "log_update_ratios", "pytree_tags"]
 
@@ -67,7 +63,7 @@ def update_ratios(params: Any, updates: Any) -> dict[str, float]:
     tags, (p_leaves, u_leaves), _ = _flattened(params, updates)
     if not tags:
         return {}
-    ratios = _ratios(p_leaves, u_leaves)
+    ratios = jax_math.ratios(p_leaves, u_leaves)
     return {tag: float(r) for tag, r in zip(tags, ratios)}
 
 
@@ -109,14 +105,14 @@ def log_update_ratios(
     tags, (p_leaves, u_leaves), about = _flattened(params, updates)
     if not tags:
         return False
-    ratios = _ratios(p_leaves, u_leaves)
+    ratios = jax_math.ratios(p_leaves, u_leaves)
     writer.add_ratios(
         dict(zip(tags, map(float, ratios))),
         step,
         descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
     )
     if histograms:
-        counts = np.asarray(jax.device_get(_histogram_counts(p_leaves, u_leaves)))
+        counts = np.asarray(jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves)))
         writer.add_histograms(
             {tag: Counts(c) for tag, c in zip(tags, counts)},
             step,
@@ -200,66 +196,15 @@ def _flattened(params: Any, updates: Any):
     return kept_tags, (kept_p, kept_u), about
 
 
-def _ratios(p_leaves: list, u_leaves: list) -> np.ndarray:
-    tops, sums = jax.device_get(_norm_parts(p_leaves, u_leaves))
-    tops, sums = np.asarray(tops, np.float64), np.asarray(sums, np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        norms = np.where(tops == 0, 0.0, tops * np.sqrt(sums))
-    return ratios_from_norms(norms[1], norms[0])
 
 
-def _work(x: jax.Array) -> jax.Array:
-    x = jnp.asarray(x)
-    if jnp.iscomplexobj(x):
-        x = jnp.abs(x)
-    return x if x.dtype == jnp.float64 else x.astype(jnp.float32)
 
 
-def _scaled_norm_parts(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """max|x| and Σ(x / max|x|)² (Σx² when max|x| = 0): ‖x‖ = max · √Σ."""
-    magnitude = jnp.abs(_work(x))
-    top = jnp.max(magnitude, initial=0.0) if magnitude.size else jnp.zeros((), magnitude.dtype)
-    scale = jnp.where(top > 0, top, jnp.ones_like(top))
-    return top, jnp.sum(jnp.square(magnitude / scale))
 
 
-@jax.jit
-def _norm_parts(p_leaves: list, u_leaves: list) -> tuple[jax.Array, jax.Array]:
-    """[2, n] maxima and [2, n] scaled sums of squares: row 0 of the params, row 1 of the
-    updates."""
-    parts = [[_scaled_norm_parts(x) for x in leaves] for leaves in (p_leaves, u_leaves)]
-    dtype = jnp.result_type(*[top for row in parts for top, _ in row])
-    tops = jnp.stack([jnp.stack([top.astype(dtype) for top, _ in row]) for row in parts])
-    sums = jnp.stack([jnp.stack([s.astype(dtype) for _, s in row]) for row in parts])
-    return tops, sums
 
 
-@jax.jit
-def _histogram_counts(p_leaves: list, u_leaves: list) -> jax.Array:
-    """int32[n, NUM_BUCKETS]: the bucket counts of each leaf's |u_i| / |p_i| (0 where
-    u_i = 0), as `numpy_bucketing.bucket_counts` counts them."""
-    return jnp.stack([_bucket_counts(_elementwise(p, u)) for p, u in zip(p_leaves, u_leaves)])
 
 
-def _elementwise(p: jax.Array, u: jax.Array) -> jax.Array:
-    p, u = _work(p), _work(u)
-    return jnp.abs(jnp.where(u == 0, jnp.zeros_like(u), u / p)).reshape(-1)
 
 
-def _bucket_counts(values: jax.Array) -> jax.Array:
-    """Classified by their bits (XLA reads subnormals as zero: they are positive here)."""
-    int_type, inf_bits = (jnp.int32, 0x7F800000) if values.dtype == jnp.float32 else (
-        jnp.int64, 0x7FF0000000000000)
-    bits = jax.lax.bitcast_convert_type(values, int_type)
-    edges = jnp.asarray(metadata.HISTOGRAM_EDGES, values.dtype)
-    position = jnp.searchsorted(edges, values, side="right")
-    ids = jnp.where(
-        (bits > 0) & (bits < inf_bits),
-        position + metadata.UNDERFLOW_BUCKET,
-        jnp.where(
-            (bits == 0) | (bits == jnp.iinfo(int_type).min),
-            metadata.ZERO_BUCKET,
-            jnp.where(bits == inf_bits, metadata.INF_BUCKET, metadata.NAN_BUCKET),
-        ),
-    )
-    return jnp.bincount(ids, length=metadata.NUM_BUCKETS)

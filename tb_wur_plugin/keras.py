@@ -1,8 +1,9 @@
 """`WeightUpdateRatioCallback`: weight-update ratios from `model.fit`, with no change to the model.
 
 The callback works on Keras's TensorFlow, JAX and PyTorch backends. This module imports no
-TensorFlow: the TensorFlow backend's writing is in `_keras_tf`, the others' (through the
-TensorFlow-free `writer.SummaryWriter`) in `_keras_arrays`, imported at `fit`'s start.
+TensorFlow: the TensorFlow backend's writing is in `keras_backends.tensorflow_backend`, the
+others' (through the TensorFlow-free `writer.SummaryWriter`) in
+`keras_backends.array_backends`, imported at `fit`'s start.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import os
 import warnings
 from typing import Any
 
+from tb_wur_plugin._optional import require
+
+require("keras", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
+
 import keras
 import numpy as np
 
@@ -18,44 +23,23 @@ import numpy as np
 class WeightUpdateRatioCallback(keras.callbacks.Callback):
     """Logs ‖Δw‖₂ / ‖w‖₂ of every trainable variable every `update_freq` optimizer steps.
 
-    Works unchanged on Keras's TensorFlow, JAX and PyTorch backends, histograms included.
-    On TensorFlow it writes with `tf.summary` (as `wur_summary.watch` does); on JAX and
-    PyTorch with `tb_wur_plugin.writer.SummaryWriter`, loading no TensorFlow module: the
-    snapshot is a copy of each variable on its device, the norms are computed there (JAX:
-    scaled by max|x| in the variables' precision; PyTorch: in float64) and the histograms
-    bucketed there, so that only the norms and counts come to the host. Tags are the
-    variables' paths (`variable.path`); the ratio values follow the contract (+inf for a
-    zero weight that moved, 0 when nothing moved, NaN when not finite).
+    Works unchanged on Keras's TensorFlow, JAX and PyTorch backends, histograms included,
+    with no change to the model or its training step. A step is the number of updates the
+    optimizer applied before it, so the logged steps are 0, N, 2N, ...; other steps cost an
+    integer comparison. Tags are the variables' paths (`variable.path`); values follow the
+    contract (+inf for a zero weight that moved, 0 when nothing moved, NaN when not finite).
+    Each logged step also writes the learning rate (when it reads as a number) and the
+    skipped-step marker (1 when the optimizer skipped the update, e.g. a
+    `LossScaleOptimizer` step with non-finite gradients). Variables are looked up at every
+    logged step; a model that Keras builds during its first step has no weights to compare
+    step 0 with (a warning says so). Under `MultiWorkerMirroredStrategy` only the chief
+    writes. Each `fit` starts afresh.
 
-    A step is the number of updates the optimizer has applied before it, so the logged steps
-    are 0, N, 2N, ... Whether the coming step is logged is decided in Python before it runs,
-    reading `optimizer.iterations` only near logged steps: other steps cost an integer
-    comparison. The weights are read at the beginning of a logged step's batch and again at
-    the beginning of the next batch (or at the end of the epoch): the callback overrides no
-    batch-end hook, so Keras keeps dispatching batch ends asynchronously where its backend
-    allows it (JAX, PyTorch), and the ratios stay exact. A logged step that the optimizer
-    skips (a `LossScaleOptimizer` step with non-finite gradients) is written as ratios 0
-    with the skipped-step marker set; the retry, which has the same step number, is not
-    logged. The learning rate is written at each logged step when it can be read as a
-    number. Variables are looked up at every logged step, so variables created later are
-    logged from the next logged step on; a model that Keras builds during its first step
-    has no weights to compare step 0 with (a warning says so): call it on a batch before
-    `fit` to log step 0. Under `MirroredStrategy` it logs each step once; under
-    `MultiWorkerMirroredStrategy` only the chief (worker 0) logs, and the other workers
-    create no file (distribution on the other backends is untested). Each `fit` starts
-    afresh: a step left pending by an interrupted `fit` is not logged.
+    With an `armijo.LineSearchModel` (TensorFlow backend) it also writes every step's
+    `step_size`, `backtracks`, `loss` and `new_loss` into the same run; enter no summary
+    writer around such a `fit`.
 
-    When the model is an `armijo.LineSearchModel` (TensorFlow backend), the callback also
-    writes, for every step of the `fit`, the line search's `step_size`, `backtracks`,
-    `loss` and `new_loss` under the line-search tags, as one event at the step's number of
-    updates before it. Each searched step keeps its `StepResult` in the model's step log on
-    the device (`line_search_log`); the callback reads the steps made since its last read
-    in one transfer at logged steps, at each epoch's end and at the end of training (and
-    at the latest every 1024 steps), so these series cost no host round trip per step and
-    hold each step once across `fit` calls. The steps of a `fit` interrupted by an
-    exception are written at the start of the next `fit` with this callback. Enter no
-    summary writer around such a `fit`: the searched steps would write the series there
-    too.
+    How each backend snapshots, reduces and writes is in `docs/keras.md`.
 
     Args:
       log_dir: directory of the TensorBoard logs (a `str` or `os.PathLike`; on TensorFlow
@@ -256,15 +240,15 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
 
 
 def _backend() -> Any:
-    """The module that writes for Keras's backend: `_keras_tf` (TensorFlow) or
-    `_keras_arrays` (JAX, PyTorch; no TensorFlow)."""
+    """The module that writes for Keras's backend: `keras_backends.tensorflow_backend` or
+    `keras_backends.array_backends` (JAX, PyTorch; no TensorFlow)."""
     if keras.backend.backend() == "tensorflow":
-        from tb_wur_plugin import _keras_tf
+        from tb_wur_plugin.keras_backends import tensorflow_backend
 
-        return _keras_tf
-    from tb_wur_plugin import _keras_arrays
+        return tensorflow_backend
+    from tb_wur_plugin.keras_backends import array_backends
 
-    return _keras_arrays
+    return array_backends
 
 
 def _positive_int(value: Any, name: str, unit: str) -> int:

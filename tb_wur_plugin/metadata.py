@@ -59,7 +59,7 @@ Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from tensorboard.compat.proto import summary_pb2
@@ -152,7 +152,48 @@ def line_search_tag(series: str) -> str:
 
 
 def is_reserved_tag(tag: str) -> bool:
+    """Whether `tag` is in the namespace of the series the project names itself."""
     return tag.startswith(RESERVED_TAG_PREFIX)
+
+
+def check_layer_tag(tag: Any, what: str = "tag", article: str = "a ") -> None:
+    """Raise a TypeError unless `tag` is a str, a ValueError if it is empty or in the
+    plugin's reserved namespace; the messages call it `what` ("a tag must be a str")."""
+    if not isinstance(tag, str):
+        raise TypeError(f"{article}{what} must be a str, got {type(tag).__name__}: {tag!r}")
+    if not tag:
+        raise ValueError(f"{article}{what} must not be empty")
+    if is_reserved_tag(tag):
+        raise ValueError(
+            f"{what} {tag!r} starts with {RESERVED_TAG_PREFIX!r}, which is reserved "
+            "for the plugin's own series"
+        )
+
+
+def unique_tags(paths: Iterable[str]) -> list[str]:
+    """A unique tag for each of `paths` (variable paths, in order): the path, or, for a path
+    taken by an earlier one, the first suffix '_1', '_2', ... that is no path of `paths`.
+
+    Raises:
+      ValueError: a path is in the plugin's reserved namespace.
+    """
+    paths = list(paths)
+    every_path = set(paths)
+    taken: set[str] = set()
+    tags = []
+    for path in paths:
+        if is_reserved_tag(path):
+            raise ValueError(
+                f"variable path {path!r} starts with {RESERVED_TAG_PREFIX!r}, which "
+                "is reserved for the plugin's own series; rename the layer or variable"
+            )
+        tag, suffix = path, 0
+        while tag in taken or (suffix and tag in every_path):  # keep other paths free
+            suffix += 1
+            tag = f"{path}_{suffix}"
+        taken.add(tag)
+        tags.append(tag)
+    return tags
 
 
 def create_summary_metadata(
@@ -292,3 +333,38 @@ def decode_histogram(stored: Any) -> np.ndarray:
         f"a stored histogram is int64[{NUM_BUCKETS}] (version 1) or uint8 varints "
         f"(version 2), got {array.dtype} of length {len(array)}"
     )
+
+
+# --- the descriptions writers give their series (shown in TensorBoard) ---------------------
+
+SKIPPED_STEP_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
+
+
+def ratio_description(tag: str, shape: Sequence[int] | None = None, dtype: str | None = None) -> str:
+    """The description of a layer's ratio series, shown in TensorBoard: with the variable's
+    shape and dtype name (e.g. "float32") when they are given."""
+    return f"Weight-update ratio of {tag}{_about(shape, dtype)}"
+
+
+def histogram_description(
+    tag: str, shape: Sequence[int] | None = None, dtype: str | None = None
+) -> str:
+    """The description of a layer's histogram series (as `ratio_description`)."""
+    return f"Elementwise update ratios of {tag}{_about(shape, dtype)}"
+
+
+def _about(shape: Sequence[int] | None, dtype: str | None) -> str:
+    return "" if shape is None else f": shape {[int(d) for d in shape]}, {dtype}"
+
+
+_LINE_SEARCH_DESCRIPTIONS = {
+    LINE_SEARCH_STEP_SIZE: "Armijo line search: the step size applied",
+    LINE_SEARCH_BACKTRACKS: "Armijo line search: the rejected trials",
+    LINE_SEARCH_LOSS: "Armijo line search: the batch loss before the step",
+    LINE_SEARCH_NEW_LOSS: "Armijo line search: the batch loss at the accepted trial",
+}
+# The `SummaryMetadata` of each of `LINE_SEARCH_TAGS`, in that order.
+LINE_SEARCH_METADATAS = [
+    create_summary_metadata(KIND_LINE_SEARCH, _LINE_SEARCH_DESCRIPTIONS[series], series=series)
+    for series in LINE_SEARCH_SERIES
+]

@@ -18,26 +18,21 @@ from tensorboard.backend import http_util, json_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tb_wur_plugin import (
-    compare, export, flags, heatmap, heatmap_wire, metadata, run_data, suggest,
-)
-from tb_wur_plugin.http_args import (
+from tb_wur_plugin.read import compare, export, flags, heatmap, heatmap_wire, run_data, suggest
+from tb_wur_plugin import metadata
+from tb_wur_plugin.read.argument_values import shown
+from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.web.http_args import (
     choice_arg,
     int_arg,
     ratio_arg,
     read_only,
     request_context,
-    shown,
     str_arg,
 )
 
-# Steps per tag kept by both loaders unless the user passes --samples_per_plugin=wur=N.
-DEFAULT_SAMPLES_PER_TAG = 10_000
-# Read requests ask for this many points when the user keeps all of them (=0).
-_ALL_POINTS = 2**31 - 1
 DEFAULT_COLUMNS = 1000
 MAX_COLUMNS = 20_000
-DEFAULT_BAND = (1e-4, 1e-2)
 MAX_PATIENCE = 2**31 - 1
 # Step bounds a request may name (steps are int64; this leaves room for range arithmetic).
 MAX_STEP = 2**62
@@ -61,7 +56,7 @@ class WURPlugin(base_plugin.TBPlugin):
         samples = (context.sampling_hints or {}).get(self.plugin_name, DEFAULT_SAMPLES_PER_TAG)
         self._data = run_data.RunData(
             context.data_provider,
-            downsample=samples if samples > 0 else _ALL_POINTS,
+            downsample=samples if samples > 0 else ALL_POINTS,
             matrix_bytes=CACHE_BYTES,
             index_bytes=INDEX_CACHE_BYTES,
         )

@@ -19,7 +19,6 @@ on the other steps the hooks compare an integer and return. No TensorFlow is imp
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any, NamedTuple
 
@@ -27,25 +26,13 @@ import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.writer import (
-    Counts,
-    SummaryWriter,
-    histogram_description,
-    ratio_description,
-    ratios_from_norms,
-)
+from tb_wur_plugin.arrays import torch_math
+from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+from tb_wur_plugin.metadata import histogram_description, ratio_description
+from tb_wur_plugin.writer import Counts, SummaryWriter
 
 __all__ = ["watch", "WatchHandle"]
 
-# Tensors are reduced in chunks of this many elements: float32 norms of the chunks (one
-# fused `_foreach_norm` over all chunks of all parameters), their squares summed in float64.
-CHUNK_ELEMENTS = 1 << 16
-# Histogram temporaries are bounded by bucketing this many elements at a time.
-HISTOGRAM_CHUNK_ELEMENTS = 1 << 22
-# A chunked sum of squares below this (or not finite) may have lost precision to float
-# underflow or overflowed: that tensor's norm is taken again, exactly (`_exact_norm`).
-_SMALLEST_SAFE_SUM = 1e-30
-_WORK_DTYPES = (torch.float32, torch.float64)
 
 
 def watch(
@@ -222,7 +209,7 @@ class WatchHandle:
         if not entries:
             return
         with torch.no_grad():
-            before = _copies([e.tensor for e in entries])
+            before = torch_math.copies([e.tensor for e in entries])
         self._pending = _Pending(step, entries, before, _learning_rate(self._optimizer))
 
     def _record(self, pending: _Pending) -> None:
@@ -233,15 +220,15 @@ class WatchHandle:
         with torch.no_grad():
             for indices in _by_device(entries):
                 olds = [before[i] for i in indices]
-                news = [_work(entries[i].tensor) for i in indices]
-                weight_sums = _sums_of_squares(olds)
+                news = [torch_math.work(entries[i].tensor) for i in indices]
+                weight_sums = torch_math.sums_of_squares(olds)
                 if self._histograms:
-                    device_counts = [_elementwise_counts(o, n) for o, n in zip(olds, news)]
+                    device_counts = [torch_math.elementwise_counts(o, n) for o, n in zip(olds, news)]
                 torch._foreach_sub_(olds, news)  # olds := w_before − w_after = −Δw
-                sums = torch.cat([weight_sums, _sums_of_squares(olds)]).cpu().numpy()
+                sums = torch.cat([weight_sums, torch_math.sums_of_squares(olds)]).cpu().numpy()
                 for k, i in enumerate(indices):
-                    weight_norms[i] = _checked_norm(sums[k], lambda: olds[k] + news[k])
-                    update_norms[i] = _checked_norm(sums[len(indices) + k], lambda: olds[k])
+                    weight_norms[i] = torch_math.checked_norm(sums[k], lambda: olds[k] + news[k])
+                    update_norms[i] = torch_math.checked_norm(sums[len(indices) + k], lambda: olds[k])
                 if self._histograms:
                     for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
                         counts[i] = Counts(c)
@@ -305,29 +292,8 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else tensor
 
 
-def _work(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` in the precision the ratios are computed in: float32 or float64 as it is,
-    16-bit (and other) floats as float32, complex numbers as their real and imaginary
-    parts."""
-    if tensor.is_complex():
-        tensor = torch.view_as_real(tensor)
-    return tensor if tensor.dtype in _WORK_DTYPES else tensor.to(torch.float32)
 
 
-def _copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Copies of `tensors` in the work dtype: one fused op for those already in it."""
-    same = [i for i, t in enumerate(tensors) if t.dtype in _WORK_DTYPES]
-    copies: list[Any] = [None] * len(tensors)
-    if any(tensors[i].device.type == "cpu" for i in same):  # one clone each is faster there
-        same = []
-    if same:
-        for i, copy in zip(same, torch._foreach_mul([tensors[i] for i in same], 1.0)):
-            copies[i] = copy
-    for i, tensor in enumerate(tensors):
-        if copies[i] is None:
-            work = _work(tensor)  # a new tensor where converted, else a view or itself
-            copies[i] = work.clone() if work is tensor or tensor.is_complex() else work
-    return copies
 
 
 def _by_device(entries: list[_Entry]) -> list[list[int]]:
@@ -340,87 +306,18 @@ def _by_device(entries: list[_Entry]) -> list[list[int]]:
 # --- norms -----------------------------------------------------------------------------------
 
 
-def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
-    CHUNK_ELEMENTS elements in the tensor's precision (one fused op), squared and summed in
-    float64."""
-    chunks, owners = [], []
-    for i, tensor in enumerate(tensors):
-        if tensor.numel() <= CHUNK_ELEMENTS:
-            chunks.append(tensor)  # the norm of all its elements, whatever its shape
-            owners.append(i)
-        else:
-            parts = tensor.reshape(-1).split(CHUNK_ELEMENTS)
-            chunks.extend(parts)
-            owners.extend([i] * len(parts))
-    device = tensors[0].device
-    squares = torch.stack(torch._foreach_norm(chunks)).to(torch.float64).square()
-    if len(chunks) == len(tensors):
-        return squares
-    index = torch.tensor(owners, device=device)
-    return torch.zeros(len(tensors), dtype=torch.float64, device=device).index_add_(
-        0, index, squares
-    )
 
 
-def _checked_norm(sum_of_squares: float, tensor) -> float:
-    """√sum_of_squares, or, where that sum may have overflowed or lost precision to
-    underflow (not finite but not NaN, or below _SMALLEST_SAFE_SUM), the exact norm of
-    tensor() (a callable: computed only then)."""
-    if sum_of_squares >= _SMALLEST_SAFE_SUM and sum_of_squares < math.inf:
-        return math.sqrt(sum_of_squares)
-    if math.isnan(sum_of_squares):
-        return math.nan
-    return _exact_norm(tensor())
 
 
-def _exact_norm(tensor: torch.Tensor) -> float:
-    """‖x‖₂ in float64, scaled by max|x| (no overflow, no underflow); 0 for x = 0, +inf or
-    NaN where x is not finite."""
-    top = torch.linalg.vector_norm(tensor, math.inf).item() if tensor.numel() else 0.0
-    if top == 0 or not math.isfinite(top):
-        return top
-    scaled = tensor.to(torch.float64) / top
-    return top * torch.linalg.vector_norm(scaled).item()
 
 
 # --- histograms -----------------------------------------------------------------------------
 
-_EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """int64[NUM_BUCKETS] on the device: the counts of |Δw_i| / |w_i| (0 where Δw_i = 0, as
-    `xdivy`), bucketed as `numpy_bucketing.bucket_counts` does, a chunk at a time."""
-    old, new = before.reshape(-1), after.reshape(-1)
-    total = torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=old.device)
-    for start in range(0, old.numel(), HISTOGRAM_CHUNK_ELEMENTS):
-        w = old[start:start + HISTOGRAM_CHUNK_ELEMENTS]
-        delta = new[start:start + HISTOGRAM_CHUNK_ELEMENTS] - w
-        ratios = torch.where(delta == 0, 0.0, delta.div_(w).abs_())
-        total += _bucket_counts(ratios)
-    return total
 
 
-def _bucket_counts(values: torch.Tensor) -> torch.Tensor:
-    """int64[NUM_BUCKETS]: `values` (float32 or float64) compared with the protocol's edges
-    in their own precision: the bucket of edges[k] <= x < edges[k + 1] is FIRST_BIN + k.
-
-    One `bucketize` on [smallest positive, edges..., +inf] puts 0 in ZERO_BUCKET, positive
-    values below the first edge (subnormals too) in UNDERFLOW_BUCKET, ..., +inf in
-    INF_BUCKET; then NaN and negative values go to NAN_BUCKET."""
-    key = (values.dtype, values.device)
-    boundaries = _EDGES.get(key)
-    if boundaries is None:
-        edges = torch.tensor(metadata.HISTOGRAM_EDGES, dtype=values.dtype)
-        zero = torch.zeros(1, dtype=values.dtype)
-        smallest = torch.nextafter(zero, torch.ones(1, dtype=values.dtype))
-        inf = torch.full((1,), math.inf, dtype=values.dtype)
-        boundaries = _EDGES[key] = torch.cat([smallest, edges, inf]).to(values.device)
-    values = values.reshape(-1)
-    ids = torch.bucketize(values, boundaries, right=True)
-    ids = torch.where(values >= 0, ids, metadata.NAN_BUCKET)
-    return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
 
 
 def _zero_counts(size: int) -> Counts:
@@ -467,7 +364,7 @@ def _writer_of(target: Any) -> tuple[SummaryWriter, bool]:
     def add_event(event) -> None:  # the file writer is recreated if the user closed it
         target._get_file_writer().add_event(event, step=event.step, walltime=event.wall_time)
 
-    return SummaryWriter._writing_events_to(add_event, target.flush, target.get_logdir()), False
+    return SummaryWriter.writing_events_to(add_event, target.flush, target.get_logdir()), False
 
 
 def _rank() -> int:

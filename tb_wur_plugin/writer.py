@@ -29,40 +29,13 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin._write_common import check_layer_tag, value_prefix, varint
-from tb_wur_plugin.crc32c import masked_crc32c
-from tb_wur_plugin.numpy_bucketing import bucket_counts
+from tb_wur_plugin.arrays.numpy_math import bucket_counts
+from tb_wur_plugin.events.event_file import masked_crc32c, value_prefix, varint
+from tb_wur_plugin.metadata import check_layer_tag
 
-__all__ = [
-    "SummaryWriter", "Counts", "ratios_from_norms", "ratio_description", "histogram_description",
-    "to_stored_scalar",
-]
-
-SKIPPED_STEP_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
+__all__ = ["SummaryWriter", "Counts", "to_stored_scalar"]
 
 _file_numbers = itertools.count()
-
-
-def ratio_description(tag: str, shape: Sequence[int], dtype: str) -> str:
-    """The description `watch` gives the ratio series of a variable of this shape and dtype
-    name (e.g. "float32"), shown in the tab."""
-    return f"Weight-update ratio of {tag}: shape {[int(d) for d in shape]}, {dtype}"
-
-
-def histogram_description(tag: str, shape: Sequence[int], dtype: str) -> str:
-    """The description `watch` gives the histogram series of such a variable."""
-    return f"Elementwise update ratios of {tag}: shape {[int(d) for d in shape]}, {dtype}"
-
-
-def ratios_from_norms(update_norms: Any, weight_norms: Any) -> np.ndarray:
-    """‖Δw‖ / ‖w‖ of each pair of norms, float64, with the protocol's conventions: 0 when
-    ‖Δw‖ = 0, +inf when ‖w‖ = 0 < ‖Δw‖, NaN when a norm is not finite (the weights or the
-    update were not)."""
-    update = np.asarray(update_norms, np.float64)
-    weight = np.asarray(weight_norms, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(update == 0, 0.0, update / weight)
-    return np.where(np.isfinite(update) & np.isfinite(weight), ratio, np.nan)
 
 
 def to_stored_scalar(value: float) -> np.float32:
@@ -112,7 +85,7 @@ class SummaryWriter:
         )
 
     @classmethod
-    def _writing_events_to(
+    def writing_events_to(
         cls, add_event: Callable[[event_pb2.Event], None], flush: Callable[[], None], logdir: str
     ) -> "SummaryWriter":
         """A writer whose events go to `add_event` (another writer's event file), flushed by
@@ -166,7 +139,7 @@ class SummaryWriter:
           skipped: the skipped-step marker: True when the optimizer skipped this update;
             None (default) as `watch` decides it: True when every ratio is 0.
           descriptions: optional {tag: description} shown with the series; default
-            "Weight-update ratio of TAG" (`ratio_description` gives the text of `watch`).
+            `metadata.ratio_description(tag)`.
           wall_time: the event's time (seconds since the epoch); default now.
 
         Raises:
@@ -182,13 +155,13 @@ class SummaryWriter:
             skipped = all(value == 0 for _, value in values)
         elif not isinstance(skipped, (bool, np.bool_)):
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
-        describe = _describer(descriptions, lambda tag: f"Weight-update ratio of {tag}")
+        describe = _describer(descriptions, metadata.ratio_description)
         parts = [
             self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, to_stored_scalar(value))
             for index, (tag, value) in enumerate(values)
         ]
         parts.append(self._scalar(
-            metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, SKIPPED_STEP_DESCRIPTION,
+            metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
             None, np.float32(1.0 if skipped else 0.0),
         ))
         self._write_summary(
@@ -212,7 +185,7 @@ class SummaryWriter:
             elementwise ratios, a floating-point array of any shape (or a sequence of
             floats), or already bucketed counts given as `Counts(...)`.
           step, descriptions, wall_time: as for `add_ratios` (default description
-            "Elementwise update ratios of TAG").
+            `metadata.histogram_description(tag)`).
 
         Raises:
           TypeError: a tag is not a str, the ratios are not floating-point, `step` is not an
@@ -222,7 +195,7 @@ class SummaryWriter:
         """
         step = _check_step(step)
         items = _check_mapping(histograms, "histograms")
-        describe = _describer(descriptions, lambda tag: f"Elementwise update ratios of {tag}")
+        describe = _describer(descriptions, metadata.histogram_description)
         parts = []
         for tag, data in items:
             counts = data.counts if isinstance(data, Counts) else bucket_counts(

@@ -9,7 +9,11 @@
   optimizer's own update.
 """
 
-from tb_wur_plugin.summary import histogram, learning_rate, scalar
-from tb_wur_plugin.watch import watch
+from tb_wur_plugin._optional import require
+
+require("tensorflow", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
+
+from tb_wur_plugin.tf_write.summary_ops import histogram, learning_rate, scalar
+from tb_wur_plugin.tf_write.watch import watch
 
 __all__ = ["scalar", "histogram", "learning_rate", "watch"]

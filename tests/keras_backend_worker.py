@@ -51,7 +51,7 @@ def main() -> None:
     from tb_wur_plugin.keras import WeightUpdateRatioCallback
 
     ours = {name for name in set(sys.modules) - before if "tensorflow" in name.split(".")[0]}
-    from tb_wur_plugin import numpy_bucketing
+    from tb_wur_plugin.arrays import numpy_math
 
     every = 3
 
@@ -119,7 +119,7 @@ def main() -> None:
                         with np.errstate(divide="ignore", invalid="ignore"):
                             elementwise = np.abs(np.where(delta == 0, 0, delta / old))
                         self.counts.setdefault(path, {})[last_step] = (
-                            numpy_bucketing.bucket_counts(elementwise.astype(old.dtype)).tolist())
+                            numpy_math.bucket_counts(elementwise.astype(old.dtype)).tolist())
             if step % every == 0:
                 self.rates[step] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
             self.last = (step, weights)

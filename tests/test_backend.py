@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from backend import Backend
-from tb_wur_plugin import heatmap_wire, metadata, wur_summary
+from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin import metadata, wur_summary
 
 
 def _write_runs(logdir):
@@ -417,7 +418,8 @@ def test_runs_name_the_reserved_tags(backend):
 
 
 def _decode_with(codes_header: dict, codes: np.ndarray) -> np.ndarray:
-    """What a client decodes knowing only the header's `codes` object."""
+    """What a client decodes knowing only the header's `codes` object and http_api.md: the
+    decimal "{m}e{k}" read with correct rounding (Python's float() of the text)."""
     h = codes_header
     special = {h["missing"]: math.nan, h["nan"]: math.nan, h["inf"]: math.inf,
                h["zero"]: 0.0, h["tiny"]: 0.0, h["huge"]: math.inf}
@@ -431,7 +433,7 @@ def _decode_with(codes_header: dict, codes: np.ndarray) -> np.ndarray:
         index = code - h["first_value"]
         mantissa = index % h["mantissas"] + 100
         exponent = index // h["mantissas"] + h["min_exponent"]
-        values.append(mantissa * 10.0 ** exponent)
+        values.append(float(f"{mantissa}e{exponent}"))
     return np.array(values)
 
 

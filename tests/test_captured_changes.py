@@ -13,7 +13,8 @@ from helpers import (
     read_events,
     reference_ratio,
 )
-from tb_wur_plugin import metadata, watch, wur_summary
+from tb_wur_plugin import metadata, wur_summary
+from tb_wur_plugin.tf_write import watch
 
 
 @pytest.fixture

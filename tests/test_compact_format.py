@@ -17,9 +17,10 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.util import tensor_util
 
 from tb_server import TensorBoardServer
-from tb_wur_plugin import (
-    batched_write, heatmap_wire, metadata, numpy_bucketing, watch, wur_summary,
-)
+from tb_wur_plugin.tf_write import batched_write, watch
+from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin import metadata, wur_summary
+from tb_wur_plugin.arrays import numpy_math
 from tb_wur_plugin.writer import SummaryWriter
 
 from old_layout import OldLayoutWriter
@@ -232,14 +233,12 @@ class _Tagged(list):
 
 @pytest.fixture(autouse=True)
 def _variable_tags(monkeypatch):
-    from tb_wur_plugin import watched
-
-    original = watched.watched_variables
+    from tb_wur_plugin.tf_write.variables import WatchedVariable, watched_variables
 
     def tagged(variables):
         if isinstance(variables, _Tagged):
-            return [watched.WatchedVariable(v._wur_tag, v) for v in variables]
-        return original(variables)
+            return [WatchedVariable(v._wur_tag, v) for v in variables]
+        return watched_variables(variables)
 
     monkeypatch.setattr(watch, "watched_variables", tagged)
 
@@ -274,7 +273,7 @@ def _write_free(logdir, steps, old, histogram_version):
 
 def _write_tf_old(logdir):
     """What the TF summary ops wrote before: tf.summary.write, metadata every step, int64."""
-    from tb_wur_plugin import bucketing
+    from tb_wur_plugin.tf_write import bucketing
 
     with tf.summary.create_file_writer(logdir).as_default():
         for step in range(STEPS):
@@ -390,7 +389,7 @@ def test_old_new_and_mixed_files_read_back_identically(logdirs, load_fast):
         for i, tag in enumerate(LAYERS):
             np.testing.assert_array_equal(
                 old["histograms", tag]["counts"],
-                [numpy_bucketing.bucket_counts(_raw(i, s)) for s in range(STEPS)])
+                [numpy_math.bucket_counts(_raw(i, s)) for s in range(STEPS)])
         assert old["series", LAYERS[0]]["description"] == "Weight-update ratio of dense/kernel"
         for run in ("new", "mixed", "restarted"):
             assert _read_all(server, run) == old, run

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from backend import Backend
-from tb_wur_plugin import cli, flags, heatmap
+from tb_wur_plugin import cli
+from tb_wur_plugin.read import flags, heatmap
 from tb_wur_plugin.writer import SummaryWriter
 
 IN, HI, LO = 1e-3, 5e-2, 1e-6  # in the band [1e-4, 1e-2], above it, below it

@@ -16,7 +16,8 @@ optax = pytest.importorskip("optax")
 import jax.numpy as jnp  # noqa: E402
 
 from framework_servers import assert_ratios_match, both_loaders, export  # noqa: E402
-from tb_wur_plugin import metadata, numpy_bucketing  # noqa: E402
+from tb_wur_plugin import metadata  # noqa: E402
+from tb_wur_plugin.arrays import numpy_math  # noqa: E402
 from tb_wur_plugin.jax import log_update_ratios, pytree_tags, update_ratios  # noqa: E402
 from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
 
@@ -84,7 +85,7 @@ def served(tmp_path_factory):
                             np.linalg.norm(u.astype(np.float64)) / norm)
                         moved.setdefault(tag, {})[step] = float(
                             np.linalg.norm(after.astype(np.float64) - p) / norm)
-                        hists.setdefault(tag, {})[step] = numpy_bucketing.bucket_counts(
+                        hists.setdefault(tag, {})[step] = numpy_math.bucket_counts(
                             np.abs(np.where(u == 0, 0, u / p))).tolist()
             params = new_params
     with both_loaders(logdir, {"adam": 6}) as servers:

@@ -498,7 +498,7 @@ def test_line_search_of_an_interrupted_fit_is_written_at_the_next_fit(logdir):
 
 def test_line_search_rows_are_read_before_the_step_log_wraps(logdir, monkeypatch):
     """Steps beyond the step log's capacity between logged steps are read in time."""
-    from tb_wur_plugin import line_search_log
+    from tb_wur_plugin.armijo import line_search_log
 
     monkeypatch.setattr(line_search_log, "CAPACITY", 4)
     trainer, x, y, loop = _line_search_setup()  # its step log holds 4 steps

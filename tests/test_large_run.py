@@ -15,7 +15,8 @@ import pytest
 
 from backend import Backend
 from tb_server import TensorBoardServer
-from tb_wur_plugin import heatmap_wire, metadata
+from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin import metadata
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
 LAYERS, STEPS = 50, 2000

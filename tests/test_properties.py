@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tb_wur_plugin import bucketing, metadata, ratios
+from tb_wur_plugin.tf_write import bucketing, ratios
+from tb_wur_plugin import metadata
 
 DTYPES = [np.float16, np.float32, np.float64]
 

@@ -12,8 +12,9 @@ from helpers import (
     reference_buckets,
     reference_ratio,
 )
-from tb_wur_plugin import metadata, ratios, watch, wur_summary
-from tb_wur_plugin.watched import _variable_path, watched_variables
+from tb_wur_plugin import metadata, wur_summary
+from tb_wur_plugin.tf_write import ratios, watch
+from tb_wur_plugin.tf_write.variables import _variable_path, watched_variables
 
 
 def _train_with_watch(model, optimizer, x, y, logdir, steps, use_function, histograms=False):

@@ -7,7 +7,8 @@ import tensorflow as tf
 from helpers import read_events, reference_buckets
 from tensorboard.backend.event_processing import event_file_loader
 
-from tb_wur_plugin import batched_write, bucketing, metadata, recording, summary, wur_summary
+from tb_wur_plugin.tf_write import batched_write, bucketing, recording, summary_ops
+from tb_wur_plugin import metadata, wur_summary
 
 
 def test_scalar_writes_float32_at_explicit_and_default_step(logdir, writer):
@@ -48,7 +49,7 @@ def test_nothing_is_written_without_writer_or_when_not_recording(logdir, writer)
 
 def test_histogram_is_not_computed_when_not_recording(writer, monkeypatch):
     calls = []
-    monkeypatch.setattr(summary, "bucket_counts", lambda x: calls.append(x))
+    monkeypatch.setattr(summary_ops, "bucket_counts", lambda x: calls.append(x))
     with writer.as_default(), tf.summary.record_if(False):
         wur_summary.histogram("a", tf.ones([1000]), step=0)
     assert calls == []

@@ -1,4 +1,4 @@
-"""The TensorBoard private API the package uses (`tb_wur_plugin.tb_private`) still behaves as
+"""The TensorBoard private API the package uses (`tb_wur_plugin.read.tb_private`) still behaves as
 it expects: over TensorBoard's own data server (the fast loader) and its Python loader, its
 columns are the points of the public `read_scalars` of their data providers, bit for bit
 and in the same order. Each failure names the private API and the TensorBoard version."""
@@ -15,7 +15,8 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.data import grpc_provider, provider, server_ingester
 from tensorboard.summary.writer import event_file_writer
 
-from tb_wur_plugin import metadata, report, tb_private
+from tb_wur_plugin import metadata
+from tb_wur_plugin.read import report, tb_private
 from tb_wur_plugin.writer import SummaryWriter
 
 API = (

@@ -1,4 +1,4 @@
-"""The TensorFlow private API the package uses (`tb_wur_plugin.tf_private`) still behaves as
+"""The TensorFlow private API the package uses (`tb_wur_plugin.tf_write.tf_private`) still behaves as
 it expects. Each failure names the private API and the TensorFlow version, so that a
 TensorFlow release that changes one of them is found here, not as an obscure error
 elsewhere."""
@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from tb_wur_plugin import tf_private
+from tb_wur_plugin.tf_write import tf_private
 
 STATE = "tensorflow.python.ops.summary_ops_v2._summary_state"
 

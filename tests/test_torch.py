@@ -15,8 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from framework_servers import assert_ratios_match, both_loaders, export  # noqa: E402
-from tb_wur_plugin import metadata, numpy_bucketing  # noqa: E402
+from tb_wur_plugin import metadata  # noqa: E402
+from tb_wur_plugin.arrays import numpy_math  # noqa: E402
 from tb_wur_plugin import torch as wur_torch  # noqa: E402
+from tb_wur_plugin.arrays import torch_math  # noqa: E402
 from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
 
 class Block(torch.nn.Module):
@@ -69,7 +71,7 @@ def _reference(model, before, ratios, hists, step):
             change = new - old
             with np.errstate(divide="ignore", invalid="ignore"):
                 elementwise = np.abs(np.where(change == 0, 0, change / old))
-            hists.setdefault(tag, {})[step] = numpy_bucketing.bucket_counts(elementwise).tolist()
+            hists.setdefault(tag, {})[step] = numpy_math.bucket_counts(elementwise).tolist()
 
 
 def _train(model, optimizer, steps, every, *, accumulate=1, scaler=None, overflow_at=(),
@@ -305,13 +307,13 @@ def test_device_bucketing_is_numpy_bucketing(dtype):
          np.finfo(dtype).max, 1e-12, 1e3],
         np.random.default_rng(0).lognormal(-7, 6, 10_000),
     ]).astype(dtype)
-    got = wur_torch._bucket_counts(torch.from_numpy(values)).numpy()
-    np.testing.assert_array_equal(got, numpy_bucketing.bucket_counts(values))
+    got = torch_math.bucket_counts(torch.from_numpy(values)).numpy()
+    np.testing.assert_array_equal(got, numpy_math.bucket_counts(values))
     if dtype == np.float32:  # any bits: NaN payloads, negative subnormals, ...
         bits = np.random.default_rng(1).integers(0, 2**32, 100_000, np.uint64)
         values = bits.astype(np.uint32).view(np.float32)
-        got = wur_torch._bucket_counts(torch.from_numpy(values)).numpy()
-        np.testing.assert_array_equal(got, numpy_bucketing.bucket_counts(values))
+        got = torch_math.bucket_counts(torch.from_numpy(values)).numpy()
+        np.testing.assert_array_equal(got, numpy_math.bucket_counts(values))
 
 
 def test_histograms_of_one_step(tmp_path):
@@ -320,7 +322,7 @@ def test_histograms_of_one_step(tmp_path):
     _, counts = _one_step(before, after, torch.float32, tmp_path, True)
     change = after - before
     with np.errstate(divide="ignore", invalid="ignore"):
-        want = numpy_bucketing.bucket_counts(np.abs(np.where(change == 0, 0, change / before)))
+        want = numpy_math.bucket_counts(np.abs(np.where(change == 0, 0, change / before)))
     assert counts == want.tolist()
     assert counts[metadata.ZERO_BUCKET] == 2 and counts[metadata.INF_BUCKET] == 1
 
@@ -329,8 +331,8 @@ def test_steps_that_do_not_log_take_no_copy(tmp_path, monkeypatch):
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     copies = []
-    original = wur_torch._copies
-    monkeypatch.setattr(wur_torch, "_copies", lambda t: copies.append(1) or original(t))
+    original = torch_math.copies
+    monkeypatch.setattr(torch_math, "copies", lambda t: copies.append(1) or original(t))
     handle = wur_torch.watch(optimizer, model, str(tmp_path / "run"), every=4)
     for _ in range(9):
         model(torch.ones(1, 3)).sum().backward()

@@ -21,14 +21,12 @@ from tensorboard.backend.event_processing import event_file_loader
 
 from framework_servers import both_loaders, export
 from helpers import read_events, reference_buckets
-from tb_wur_plugin import bucketing, metadata, numpy_bucketing, wur_summary
-from tb_wur_plugin.writer import (
-    SummaryWriter,
-    histogram_description,
-    ratio_description,
-    ratios_from_norms,
-    to_stored_scalar,
-)
+from tb_wur_plugin.tf_write import bucketing
+from tb_wur_plugin import metadata, wur_summary
+from tb_wur_plugin.arrays import numpy_math
+from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+from tb_wur_plugin.metadata import histogram_description, ratio_description
+from tb_wur_plugin.writer import SummaryWriter, to_stored_scalar
 
 STEPS = 4
 SHAPES = {"net/dense/kernel": (3, 4), "net/dense/bias": (4,), "net/head/kernel": (4, 2)}
@@ -200,7 +198,7 @@ def test_every_route_answers_the_same_for_watch_and_the_writer(served, loader):
     ]
     assert csvs[0] == csvs[1] and len(csvs[0]) == 1 + STEPS * len(SHAPES)
 
-    from tb_wur_plugin import heatmap_wire
+    from tb_wur_plugin.read import heatmap_wire
 
     heatmaps = [heatmap_wire.unpack(_route(server, "/data/plugin/wur/heatmap?run={run}", run))
                 for run in ("watch", "writer")]
@@ -254,16 +252,16 @@ def test_numpy_bucketing_is_the_tensorflow_bucketing(dtype):
             np.random.default_rng(0).lognormal(-7, 6, 20_000),
         ]).astype(dtype)
     want = bucketing.bucket_counts(tf.constant(values)).numpy()
-    got = numpy_bucketing.bucket_counts(values)
+    got = numpy_math.bucket_counts(values)
     assert got.dtype == np.int64 and got.shape == (metadata.NUM_BUCKETS,)
     np.testing.assert_array_equal(got, want)
-    assert numpy_bucketing.bucket_counts(np.zeros((0, 3), dtype)).sum() == 0
+    assert numpy_math.bucket_counts(np.zeros((0, 3), dtype)).sum() == 0
 
 
 def test_numpy_bucketing_counts_in_chunks(monkeypatch):
-    monkeypatch.setattr(numpy_bucketing, "CHUNK_ELEMENTS", 7)
+    monkeypatch.setattr(numpy_math, "CHUNK_ELEMENTS", 7)
     values = np.random.default_rng(1).lognormal(-5, 4, (13, 5)).astype(np.float32)
-    np.testing.assert_array_equal(numpy_bucketing.bucket_counts(values), reference_buckets(values))
+    np.testing.assert_array_equal(numpy_math.bucket_counts(values), reference_buckets(values))
 
 
 def test_stored_scalars_are_float32_and_never_round_to_zero():
@@ -379,10 +377,10 @@ def test_numbers_of_many_kinds_are_accepted(tmp_path):
 def test_the_record_checksum_is_tensorboard_s(size):
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-    from tb_wur_plugin import crc32c
+    from tb_wur_plugin.events import event_file
 
     data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
-    assert crc32c.masked_crc32c(data) == masked_crc32c(data)
+    assert event_file.masked_crc32c(data) == masked_crc32c(data)
 
 
 def test_negative_and_large_steps(tmp_path):

@@ -1,5 +1,6 @@
 // The backend routes (tb_wur_plugin/http_api.md), relative to the plugin's base URL.
-import { Codes, Heatmap, parseComparison, parseHeatmap } from "./codec";
+import { Comparison, Heatmap, parseComparison, parseHeatmap } from "./codec";
+export type { CompareRank, Comparison } from "./codec";
 
 export interface LayerInfo {
   tag: string;
@@ -59,18 +60,6 @@ export interface FlagInfo {
   first_inf_step: number | null;
 }
 export interface Flags { run: string; low: number; high: number; patience: number; layers: FlagInfo[] }
-/** /compare's ranking: a common layer, by decreasing divergence (median |log10(A/B)|; null
- * when no step counts). */
-export interface CompareRank { tag: string; divergence: number | null; median_log10_ratio: number | null; steps: number }
-/** /compare: ratio_A / ratio_B per common layer and step, as cell codes (codec.ts). */
-export interface Comparison {
-  runA: string; runB: string; start: number; end: number; columns: number; codes: Codes;
-  columnStart: Float64Array; columnFirst: Float64Array; columnLast: Float64Array; columnCount: Uint32Array;
-  tags: string[];
-  /** row-major [layer][column], layers in the order of `tags` */
-  cells: Uint16Array;
-  ranking: CompareRank[];
-}
 /** /suggestions: per layer the learning rate that brings its ratio to `target`. */
 export interface Suggestion { tag: string; suggested_learning_rate: number | null; ratio: number | null; learning_rate: number | null; steps: number }
 export interface Suggestions { run: string; target: number; last: number; has_learning_rate: boolean; layers: Suggestion[] }

@@ -1,5 +1,6 @@
-// The /heatmap wire format (see tb_wur_plugin/http_api.md; tb_wur_plugin/heatmap.py
-// `pack`/`unpack`/`decode_cells` is the reference implementation).
+// The /heatmap and /compare wire format (see tb_wur_plugin/http_api.md;
+// tb_wur_plugin/read/heatmap_wire.py `pack`/`unpack`/`decode_cells` is the reference
+// implementation).
 
 export interface Codes {
   missing: number;
@@ -30,6 +31,19 @@ export function parseCodes(raw: unknown): Codes {
   }
   if (out.mantissas <= 0 || out.max_exponent < out.min_exponent) throw new Error("heatmap header has inconsistent codes");
   return out;
+}
+
+/** /compare's ranking: a common layer, by decreasing divergence (median |log10(A/B)|; null
+ * when no step counts). */
+export interface CompareRank { tag: string; divergence: number | null; median_log10_ratio: number | null; steps: number }
+/** /compare: ratio_A / ratio_B per common layer and step, as cell codes (codec.ts). */
+export interface Comparison {
+  runA: string; runB: string; start: number; end: number; columns: number; codes: Codes;
+  columnStart: Float64Array; columnFirst: Float64Array; columnLast: Float64Array; columnCount: Uint32Array;
+  tags: string[];
+  /** row-major [layer][column], layers in the order of `tags` */
+  cells: Uint16Array;
+  ranking: CompareRank[];
 }
 
 export interface HeatmapRun {
@@ -138,7 +152,7 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
 
 /** Parses a (decompressed) WUR1 payload of /compare: ratio_A / ratio_B as cell codes, and
  * the ranking of the common layers. */
-export function parseComparison(buffer: ArrayBuffer | Uint8Array): import("./api").Comparison {
+export function parseComparison(buffer: ArrayBuffer | Uint8Array): Comparison {
   const { header, get } = readPayload(buffer);
   const columns: number = header.columns, tags: string[] = header.tags;
   const codes = parseCodes(header.codes);

@@ -10,6 +10,10 @@ Gradient"), as the reference implementation `sls.Sls` (line_search_fn="armijo") 
 See docs/armijo.md.
 """
 
+from tb_wur_plugin._optional import require
+
+require("tensorflow", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
+
 from tb_wur_plugin.armijo.model import LineSearchModel
 from tb_wur_plugin.armijo.search import StepResult, StochasticArmijo
 

@@ -8,8 +8,9 @@ import keras
 import tensorflow as tf
 
 from tb_wur_plugin.armijo import summaries as _summaries
-from tb_wur_plugin.armijo.search import StochasticArmijo, _tf_variable
-from tb_wur_plugin.line_search_log import StepLog
+from tb_wur_plugin.armijo.search import StochasticArmijo
+from tb_wur_plugin.tf_write.variables import tf_variable
+from tb_wur_plugin.armijo.line_search_log import StepLog
 
 
 class LineSearchModel(keras.Model):
@@ -123,9 +124,9 @@ class LineSearchModel(keras.Model):
                 "know its steps per epoch (a dataset of unknown size?): pass "
                 "n_batches_per_epoch to StochasticArmijo"
             )
-        targets = [_tf_variable(v) for v in trainable]
+        targets = [tf_variable(v, "LineSearchModel") for v in trainable]
         state_variables = list(model.non_trainable_variables)
-        state_before = [tf.identity(_tf_variable(v)) for v in state_variables]
+        state_before = [tf.identity(tf_variable(v, "LineSearchModel")) for v in state_variables]
         call_kwargs = {"training": True} if model._call_has_training_arg else {}
 
         def forward():
@@ -157,7 +158,7 @@ class LineSearchModel(keras.Model):
                 loss, y_pred, state_after = forward()
             # The metrics as the gradient pass leaves them (computing a loss updates some:
             # the per-output losses of a multi-output model), restored after the trials.
-            metric_variables = [_tf_variable(v) for m in self.metrics for v in m.variables]
+            metric_variables = [tf_variable(v, "LineSearchModel") for m in self.metrics for v in m.variables]
             gradient_pass.update(
                 loss=loss,
                 y_pred=y_pred,
@@ -175,13 +176,13 @@ class LineSearchModel(keras.Model):
             # seed state + k, and the search would compare losses of different functions.)
             return forward()[0]
 
-        iterations = _tf_variable(self.optimizer.iterations)
+        iterations = tf_variable(self.optimizer.iterations)
         step = tf.identity(iterations)
-        result = search._search(value_and_gradients, trial_loss, trainable)
+        result = search.search_step(value_and_gradients, trial_loss, trainable)
         with tf.control_dependencies([result.step_size]):
             # The non-trainable state once, as the gradient pass of a plain SGD step.
             for v, value in zip(state_variables, gradient_pass["state_after"]):
-                _tf_variable(v).assign(value, read_value=False)
+                tf_variable(v, "LineSearchModel").assign(value, read_value=False)
             iterations.assign_add(1, read_value=False)
             # Trials update no metric.
             for v, value in zip(

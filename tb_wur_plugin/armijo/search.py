@@ -15,6 +15,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import tensorflow as tf
 
 from tb_wur_plugin.armijo import summaries as _summaries
+from tb_wur_plugin.tf_write.variables import tf_variable
 
 RESETS = ("keep", "grow", "initial")
 
@@ -155,31 +156,40 @@ class StochasticArmijo:
         def value_and_gradients():
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 for v in variables:
-                    tape.watch(_tf_variable(v))
+                    tape.watch(tf_variable(v, "StochasticArmijo"))
                 loss = _check_loss(loss_fn())
-            return loss, tape.gradient(loss, [_tf_variable(v) for v in variables])
+            return loss, tape.gradient(loss, [tf_variable(v, "StochasticArmijo") for v in variables])
 
         def trial_loss():
             return _check_loss(loss_fn())
 
-        result = self._search(value_and_gradients, trial_loss, variables)
+        result = self.search_step(value_and_gradients, trial_loss, variables)
         _summaries.log_step(result, step)
         return result
 
-    def _search(
+    def search_step(
         self,
         value_and_gradients: Callable[[], tuple[tf.Tensor, list[Any]]],
         trial_loss: Callable[[], tf.Tensor],
         variables: Sequence[Any],
     ) -> StepResult:
-        """The search, given the gradient pass and the trial pass separately (the Keras
-        model's trials are stateless calls that the gradient pass is not)."""
+        """One step of the search, given the gradient pass and the trial pass separately
+        (`LineSearchModel`'s trials are stateless calls that its gradient pass is not).
+
+        Args:
+          value_and_gradients: returns (f, the gradients of `variables`) at their values.
+          trial_loss: returns the loss at the variables' current (trial) values.
+          variables: the variables stepped, as for `minimize`.
+
+        Returns:
+          The `StepResult`; nothing is logged (`minimize` logs).
+        """
         if self.reset == "grow" and self.n_batches_per_epoch is None:
             raise ValueError(
                 'reset="grow" needs n_batches_per_epoch (the number of batches per epoch): '
                 'pass it to StochasticArmijo, or use reset="keep" or "initial"'
             )
-        targets = [_tf_variable(v) for v in variables]
+        targets = [tf_variable(v, "StochasticArmijo") for v in variables]
         # 1. The trial step size of this call, from the stored one.
         if self.reset == "keep":
             s0 = tf.identity(self.step_size)
@@ -254,19 +264,6 @@ class StochasticArmijo:
             )
 
 
-def _tf_variable(v: Any) -> tf.Variable:
-    """The `tf.Variable` behind a Keras variable (TensorFlow backend), or `v` itself."""
-    if isinstance(v, tf.Variable):
-        return v
-    inner = getattr(v, "value", None)
-    if isinstance(inner, tf.Variable):
-        return inner
-    raise TypeError(
-        f"variables must be tf.Variables or Keras variables of the TensorFlow backend, got "
-        f"{type(v).__name__}"
-    )
-
-
 def _check_variables(variables: Any) -> list[Any]:
     if isinstance(variables, (tf.Variable,)) or _is_keras_variable(variables):
         variables = [variables]
@@ -281,7 +278,7 @@ def _check_variables(variables: Any) -> list[Any]:
         raise ValueError("variables must not be empty")
     seen = set()
     for v in variables:
-        target = _tf_variable(v)
+        target = tf_variable(v, "StochasticArmijo")
         if not target.dtype.is_floating:
             raise ValueError(
                 f"variables must have a floating dtype, got {target.dtype.name} for {target.name}"

@@ -7,10 +7,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from tb_wur_plugin import metadata, tf_private
-from tb_wur_plugin._write_common import LINE_SEARCH_METADATAS
-from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
-from tb_wur_plugin.recording import MetadataOnce, default_writer_resource, static_recording
+from tb_wur_plugin import metadata
+from tb_wur_plugin.tf_write import tf_private
+from tb_wur_plugin.metadata import LINE_SEARCH_METADATAS
+from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_scalars
+from tb_wur_plugin.tf_write.recording import MetadataOnce, default_writer_resource, static_recording
 
 _CONTEXT = "StochasticArmijo.minimize"
 

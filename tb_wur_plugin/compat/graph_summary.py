@@ -17,11 +17,8 @@ from typing import Sequence
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.batched_write import encode_counts, to_stored_scalar
-from tb_wur_plugin.watched import WatchedVariable
-
-SKIPPED_DESCRIPTION = "1 where no watched variable changed (the optimizer skipped the step)"
-
+from tb_wur_plugin.tf_write.batched_write import encode_counts, to_stored_scalar
+from tb_wur_plugin.tf_write.variables import WatchedVariable
 
 def ratio_summary(
     watched: Sequence[WatchedVariable],
@@ -37,21 +34,24 @@ def ratio_summary(
         or None.
     """
     abouts = [
-        f"of {w.tag}: shape {w.variable.shape.as_list()}, {w.variable.dtype.base_dtype.name}"
-        for w in watched
+        (w.tag, w.variable.shape.as_list(), w.variable.dtype.base_dtype.name) for w in watched
     ]
     stored = tf.unstack(to_stored_scalar(ratios), num=len(watched))
     values = [
         _tensor_summary(
             w.tag, value,
-            metadata.create_summary_metadata(metadata.KIND_RATIO, f"Weight-update ratio {about}", index),
+            metadata.create_summary_metadata(
+                metadata.KIND_RATIO, metadata.ratio_description(*about), index
+            ),
         )
         for index, (w, value, about) in enumerate(zip(watched, stored, abouts))
     ]
     values.append(_tensor_summary(
         metadata.SKIPPED_STEP_TAG,
         tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32),
-        metadata.create_summary_metadata(metadata.KIND_SKIPPED_STEP, SKIPPED_DESCRIPTION),
+        metadata.create_summary_metadata(
+            metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION
+        ),
     ))
     if histogram_counts is not None:
         version = metadata.HISTOGRAM_WRITE_VERSION
@@ -64,7 +64,7 @@ def ratio_summary(
             _tensor_summary(
                 metadata.histogram_tag(w.tag), row,
                 metadata.create_summary_metadata(
-                    metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}",
+                    metadata.KIND_HISTOGRAM, metadata.histogram_description(*about),
                     histogram_version=version,
                 ),
             )

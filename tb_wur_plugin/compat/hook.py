@@ -19,9 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin.compat import graph_summary
+from tb_wur_plugin.compat.graph_watch import WeightUpdateRatios
 from tb_wur_plugin.compat.snapshot import is_resource_variable
-from tb_wur_plugin.ratios import histogram_counts, update_ratios
-from tb_wur_plugin.watched import watched_variables
+from tb_wur_plugin.tf_write.ratios import histogram_counts, update_ratios
+from tb_wur_plugin.tf_write.variables import watched_variables
 
 
 class WeightUpdateRatioHook(tf.compat.v1.train.SessionRunHook):
@@ -59,8 +60,6 @@ class WeightUpdateRatioHook(tf.compat.v1.train.SessionRunHook):
         self._built = False
 
     def begin(self) -> None:
-        from tb_wur_plugin.compat.v1 import WeightUpdateRatios  # (v1 imports this module)
-
         graph = tf.compat.v1.get_default_graph()
         if isinstance(self._source, WeightUpdateRatios):
             variables = [w.variable for w in self._source.watched]

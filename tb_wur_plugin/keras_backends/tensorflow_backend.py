@@ -8,10 +8,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from tb_wur_plugin import summary
-from tb_wur_plugin.recording import default_writer_resource, default_writer_until_exit
-from tb_wur_plugin.watch import record
-from tb_wur_plugin.watched import snapshot, watched_variables, writes_summaries
+from tb_wur_plugin.tf_write import summary_ops
+from tb_wur_plugin.tf_write.recording import default_writer_resource, default_writer_until_exit
+from tb_wur_plugin.tf_write.watch import record
+from tb_wur_plugin.tf_write.variables import snapshot, watched_variables, writes_summaries
 
 
 class Logger:
@@ -45,7 +45,7 @@ class Logger:
 
     def learning_rate(self, rate: float, step: int) -> None:
         with self._writing():
-            summary.learning_rate(rate, step=step)
+            summary_ops.learning_rate(rate, step=step)
 
     def record(self, watched: list, before: list, step: int) -> None:
         with self._writing():
@@ -54,7 +54,7 @@ class Logger:
     def line_search(self, first: int, end: int) -> int:
         """Write the line-search rows of steps first, ..., end - 1; return how many of them
         the step log no longer held."""
-        from tb_wur_plugin.line_search_log import write_rows
+        from tb_wur_plugin.armijo.line_search_log import write_rows
 
         rows, missing = self.step_log.read(first, end)
         if len(rows):

@@ -14,8 +14,9 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
-from tb_wur_plugin import metadata, tf_private
-from tb_wur_plugin._write_common import value_prefix, varint
+from tb_wur_plugin import metadata
+from tb_wur_plugin.tf_write import tf_private
+from tb_wur_plugin.events.event_file import value_prefix, varint
 
 # the tags' `SummaryMetadata`, and whether an event carries it (a bool or boolean tensor)
 Metadatas = list[summary_pb2.SummaryMetadata]

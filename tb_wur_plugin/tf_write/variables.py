@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, Sequence
 
 import tensorflow as tf
 
-from tb_wur_plugin._write_common import unique_tags
+from tb_wur_plugin.metadata import unique_tags
 
 
 class WatchedVariable(NamedTuple):
@@ -46,7 +46,7 @@ def watched_variables(variables: Any) -> list[WatchedVariable]:
     kept: list[tuple[str, tf.Variable]] = []
     seen: set[int] = set()
     for candidate in candidates:
-        variable = _tf_variable(candidate)
+        variable = tf_variable(candidate)
         if id(variable) in seen:
             continue
         seen.add(id(variable))
@@ -108,15 +108,21 @@ def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
     return [w.variable.value() for w in watched]
 
 
-def _tf_variable(candidate: Any) -> tf.Variable:
+def tf_variable(candidate: Any, caller: str = "wur_summary.watch") -> tf.Variable:
+    """The `tf.Variable` of `candidate`: itself, or the one a Keras 3 variable of the
+    TensorFlow backend wraps.
+
+    Raises:
+      TypeError: `candidate` is neither (the message names `caller`).
+    """
     if isinstance(candidate, tf.Variable):
         return candidate
-    inner = getattr(candidate, "value", None)  # a Keras 3 Variable wraps a tf.Variable
+    inner = getattr(candidate, "value", None)
     if isinstance(inner, tf.Variable):
         return inner
     raise TypeError(
-        f"wur_summary.watch takes tf.Variable or keras.Variable objects, got "
-        f"{type(candidate).__name__}: {candidate!r:.80}"
+        f"{caller} takes tf.Variable or keras.Variable objects (the variables of Keras's "
+        f"TensorFlow backend), got {type(candidate).__name__}: {candidate!r:.80}"
     )
 
 

@@ -1,9 +1,11 @@
-"""Histogram bucketing in numpy: the counts of elementwise ratios per bucket of the
-protocol's fixed log10 layout (`metadata`), exactly as `bucketing.bucket_counts` (the
-TensorFlow path) counts them, without TensorFlow. O(N) time; temporaries of at most
-CHUNK_ELEMENTS elements."""
+"""The array math of numpy: ratios from norms with the protocol's conventions
+(`ratios_from_norms`), and the counts of elementwise ratios per bucket of the protocol's
+fixed log10 layout (`metadata`), exactly as `tf_write.bucketing.bucket_counts` (the
+TensorFlow path) counts them. O(N) time; temporaries of at most CHUNK_ELEMENTS elements."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -64,3 +66,14 @@ def _bucket_ids(x: np.ndarray) -> np.ndarray:
     ids[x == 0] = metadata.ZERO_BUCKET
     ids[x == np.inf] = metadata.INF_BUCKET
     return ids
+
+
+def ratios_from_norms(update_norms: Any, weight_norms: Any) -> np.ndarray:
+    """‖Δw‖ / ‖w‖ of each pair of norms, float64, with the protocol's conventions: 0 when
+    ‖Δw‖ = 0, +inf when ‖w‖ = 0 < ‖Δw‖, NaN when a norm is not finite (the weights or the
+    update were not)."""
+    update = np.asarray(update_norms, np.float64)
+    weight = np.asarray(weight_norms, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(update == 0, 0.0, update / weight)
+    return np.where(np.isfinite(update) & np.isfinite(weight), ratio, np.nan)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_wur_plugin.heatmap import RunMatrix
+from tb_wur_plugin.read.heatmap import RunMatrix
 
 DEFAULT_TARGET = 1e-3
 DEFAULT_LAST = 10

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_wur_plugin.heatmap import RunMatrix
+from tb_wur_plugin.read.heatmap import RunMatrix
 
 DEFAULT_PATIENCE = 5
 REASONS = ("nan", "inf", "above", "below", "outside")

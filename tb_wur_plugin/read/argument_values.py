@@ -1,4 +1,5 @@
-"""The numbers users pass, by HTTP query parameter or on the command line, checked alike.
+"""The values users pass, by HTTP query parameter or on the command line, checked alike, and
+names as error messages show them.
 
 Each function takes the text as given and returns its value, or raises ValueError with the
 reason as a phrase ("must be an integer, got 'x'") that the caller prefixes with the
@@ -19,7 +20,7 @@ def integer(text: str, low: int | None = None, high: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"must be an integer, got {_shown(text)}") from None
+        raise ValueError(f"must be an integer, got {shown(text, 40)}") from None
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
             bound = f"at least {low}"
@@ -27,7 +28,7 @@ def integer(text: str, low: int | None = None, high: int | None = None) -> int:
             bound = f"at most {high}"
         else:
             bound = f"in [{low}, {high}]"
-        raise ValueError(f"must be {bound}, got {_shown(text)}")
+        raise ValueError(f"must be {bound}, got {shown(text, 40)}")
     return value
 
 
@@ -40,12 +41,22 @@ def positive_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"must be a number, got {_shown(text)}") from None
+        raise ValueError(f"must be a number, got {shown(text, 40)}") from None
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"must be a positive finite number, got {_shown(text)}")
+        raise ValueError(f"must be a positive finite number, got {shown(text, 40)}")
     return value
 
 
-def _shown(text: str, limit: int = 40) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+def shown(name: str, limit: int = 100) -> str:
+    """`name` for an error message.
+
+    Args:
+        name: a run, tag or parameter value, as the request, the command line or the data
+            gave it.
+        limit: the most characters returned.
+
+    Returns:
+        `name` quoted and escaped (one line), cut to `limit` characters.
+    """
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

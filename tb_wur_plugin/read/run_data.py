@@ -27,8 +27,9 @@ from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
 from tensorboard.data import provider
 
-from tb_wur_plugin import heatmap, metadata, point_columns, tb_private
-from tb_wur_plugin.http_args import shown
+from tb_wur_plugin.read import heatmap, point_columns, tb_private
+from tb_wur_plugin import metadata
+from tb_wur_plugin.read.argument_values import shown
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
-from tb_wur_plugin import tf_private
+from tb_wur_plugin.tf_write import tf_private
 
 
 def write(

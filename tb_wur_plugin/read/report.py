@@ -7,7 +7,7 @@ Loading: by default TensorBoard's fast loader (its Rust data server, as
 `tensorboard --load_fast=true` runs it, loading the logdir once); `load_fast=False`, or no
 data server binary installed: the Python loader (`EventMultiplexer` +
 `MultiplexerDataProvider`, as `--load_fast=false`). Both keep `samples` steps per tag
-(default the plugin's DEFAULT_SAMPLES_PER_TAG; 0: all).
+(default `settings.DEFAULT_SAMPLES_PER_TAG`; 0: all).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 
-from tb_wur_plugin import compare, flags, heatmap, metadata, run_data, suggest
-from tb_wur_plugin.plugin import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG, _ALL_POINTS
+from tb_wur_plugin.read import compare, flags, heatmap, run_data, suggest
+from tb_wur_plugin import metadata
+from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
 
 _EXPERIMENT = ""
 
@@ -50,7 +51,7 @@ class Logdir:
     def __init__(self, provider, samples: int):
         self._ctx = tb_context.RequestContext()
         self.data = run_data.RunData(
-            provider, downsample=samples if samples > 0 else _ALL_POINTS, matrix_bytes=0,
+            provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
             index_bytes=0,
         )
         self.scalars = self.data.list_scalars(self._ctx, _EXPERIMENT)

@@ -12,14 +12,9 @@ from typing import Any, NamedTuple
 import keras
 import numpy as np
 
-from tb_wur_plugin._write_common import unique_tags
-from tb_wur_plugin.writer import (
-    Counts,
-    SummaryWriter,
-    histogram_description,
-    ratio_description,
-    ratios_from_norms,
-)
+from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+from tb_wur_plugin.metadata import histogram_description, ratio_description, unique_tags
+from tb_wur_plugin.writer import Counts, SummaryWriter
 
 
 class Watched(NamedTuple):
@@ -134,13 +129,13 @@ def _jax_ratios(before: list[Any], after: list[Any], histograms: bool):
     device-side scaled norms and bucketing of Δw = after − before."""
     import jax
 
-    from tb_wur_plugin import jax as wur_jax
+    from tb_wur_plugin.arrays import jax_math
 
     updates = _jax_differences(before, after)
-    ratios = wur_jax._ratios(before, updates)
+    ratios = jax_math.ratios(before, updates)
     counts = None
     if histograms:
-        counts = np.asarray(jax.device_get(wur_jax._histogram_counts(before, updates)))
+        counts = np.asarray(jax.device_get(jax_math.histogram_counts(before, updates)))
     return ratios, counts
 
 
@@ -163,6 +158,8 @@ def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
     """float64 ratios (norms in float64 on the device, one transfer) and int64 counts."""
     import torch
 
+    from tb_wur_plugin.arrays import torch_math
+
     deltas = [(a.detach() - b) for b, a in zip(before, after)]
     norms = torch.stack([
         torch.linalg.vector_norm(t, dtype=torch.float64) for t in [*before, *deltas]
@@ -170,22 +167,10 @@ def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
     n = len(before)
     for i, t in enumerate([*before, *deltas]):
         if math.isinf(norms[i]):  # overflowed in float64, or the tensor is not finite
-            norms[i] = _torch_scaled_norm(t)
+            norms[i] = torch_math.exact_norm(t)
     counts = None
     if histograms:
-        from tb_wur_plugin import torch as wur_torch
-
         counts = torch.stack([
-            wur_torch._elementwise_counts(b, a.detach()) for b, a in zip(before, after)
+            torch_math.elementwise_counts(b, a.detach()) for b, a in zip(before, after)
         ]).cpu().numpy()
     return ratios_from_norms(norms[n:], norms[:n]), counts
-
-
-def _torch_scaled_norm(t: Any) -> float:
-    """‖t‖₂ scaled by max|t| (+inf or NaN where t is not finite)."""
-    import torch
-
-    top = torch.linalg.vector_norm(t, math.inf).item() if t.numel() else 0.0
-    if top == 0 or not math.isfinite(top):
-        return top
-    return top * torch.linalg.vector_norm(t.to(torch.float64) / top).item()

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from tensorboard import errors
 
-from tb_wur_plugin.http_args import shown
-from tb_wur_plugin.point_columns import PointColumns
+from tb_wur_plugin.read.argument_values import shown
+from tb_wur_plugin.read.point_columns import PointColumns
 
 FORMATS = ("csv", "json")
 CSV_HEADER = "tag,step,wall_time,ratio\r\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_wur_plugin.heatmap import RunMatrix
+from tb_wur_plugin.read.heatmap import RunMatrix
 
 
 def quotient(a: RunMatrix, b: RunMatrix) -> RunMatrix:

@@ -17,10 +17,10 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin._write_common import check_layer_tag
-from tb_wur_plugin.batched_write import to_stored_scalar, write_histograms, write_scalars
-from tb_wur_plugin.bucketing import bucket_counts
-from tb_wur_plugin.recording import write
+from tb_wur_plugin.metadata import check_layer_tag
+from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_histograms, write_scalars
+from tb_wur_plugin.tf_write.bucketing import bucket_counts
+from tb_wur_plugin.tf_write.recording import write
 
 
 def scalar(

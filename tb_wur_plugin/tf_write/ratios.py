@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.bucketing import bucket_counts, bucket_counts_by_row
+from tb_wur_plugin.tf_write.bucketing import bucket_counts, bucket_counts_by_row
 
 
 def update_ratios(

@@ -23,7 +23,7 @@ from tensorboard.data import grpc_provider, provider
 from tensorboard.data.proto import data_provider_pb2
 from tensorboard.util import tensor_util
 
-from tb_wur_plugin.point_columns import PointColumns, of_points
+from tb_wur_plugin.read.point_columns import PointColumns, of_points
 
 
 def read_scalar_columns(

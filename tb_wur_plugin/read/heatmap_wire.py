@@ -5,11 +5,16 @@ A cell is a uint16 code: a special value, or a ratio to 3 significant digits,
 m × 10**k with m in 100..999 and k in MIN_EXPONENT..MAX_EXPONENT. `CODES` names every
 constant a decoder needs; the `/heatmap` header carries it, so that a client decodes from
 the header alone.
+
+The value of a code is the decimal number "{m}e{k}" read with correct rounding (the double
+nearest to it: Python's `float("123e-7")`, JavaScript's `Number("123e-7")`), so that every
+client decodes the same bits; `m * 10.0 ** k` is not that double for every code.
 """
 
 from __future__ import annotations
 
 import decimal
+import functools
 import gzip
 import json
 import struct
@@ -79,7 +84,8 @@ def encode_cells(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
 
 def decode_cells(codes: np.ndarray) -> np.ndarray:
     """The values of `codes`, the inverse of `encode_cells` up to its rounding (for tests
-    and clients written in Python).
+    and clients written in Python): a value code's value is the decimal "{m}e{k}" read with
+    correct rounding (see the module docstring).
 
     Args:
         codes: codes made by `encode_cells`.
@@ -87,14 +93,20 @@ def decode_cells(codes: np.ndarray) -> np.ndarray:
     Returns:
         float64 values, the shape of `codes`: missing and nan are NaN, tiny 0, huge +inf.
     """
-    index = codes.astype(np.int64) - FIRST_VALUE_CODE
-    mantissa = index % MANTISSAS + 100
-    exponent = index // MANTISSAS + MIN_EXPONENT
-    values = mantissa * 10.0 ** exponent.astype(np.float64)
-    special = {CODE_MISSING: np.nan, CODE_NAN: np.nan, CODE_INF: np.inf, CODE_ZERO: 0.0,
-               CODE_TINY: 0.0, CODE_HUGE: np.inf}
-    for code, value in special.items():
-        values[codes == code] = value
+    return _code_values()[np.asarray(codes, np.uint16)]
+
+
+@functools.cache
+def _code_values() -> np.ndarray:
+    """float64[65536]: the value of every uint16 code (NaN past the last value code)."""
+    values = np.full(1 << 16, np.nan)
+    for code, value in ((CODE_MISSING, np.nan), (CODE_NAN, np.nan), (CODE_INF, np.inf),
+                        (CODE_ZERO, 0.0), (CODE_TINY, 0.0), (CODE_HUGE, np.inf)):
+        values[code] = value
+    exponents = range(MIN_EXPONENT, MAX_EXPONENT + 1)
+    decimals = [float(f"{m}e{k}") for k in exponents for m in range(100, 100 + MANTISSAS)]
+    values[FIRST_VALUE_CODE:FIRST_VALUE_CODE + len(decimals)] = decimals
+    values.flags.writeable = False
     return values
 
 

@@ -14,21 +14,8 @@ from tensorboard import context as tb_context
 from tensorboard import errors, plugin_util
 from werkzeug import wrappers
 
-from tb_wur_plugin import argument_values
-
-
-def shown(name: str, limit: int = 100) -> str:
-    """`name` for an error message.
-
-    Args:
-        name: a run, tag or parameter value, as the request or the data gave it.
-        limit: the most characters returned.
-
-    Returns:
-        `name` quoted and escaped (one line), cut to `limit` characters.
-    """
-    text = repr(name)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from tb_wur_plugin.read import argument_values
+from tb_wur_plugin.read.argument_values import shown
 
 
 def request_context(request: wrappers.Request) -> tuple[tb_context.RequestContext, str]:

@@ -9,17 +9,17 @@ from typing import Any, Iterator, Sequence
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin import tf_private
-from tb_wur_plugin.batched_write import to_stored_scalar, write_histograms, write_scalars
-from tb_wur_plugin.capture import captured_changes
-from tb_wur_plugin.ratios import histogram_counts, partition, update_ratios
-from tb_wur_plugin.recording import (
+from tb_wur_plugin.tf_write import tf_private
+from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_histograms, write_scalars
+from tb_wur_plugin.tf_write.capture import captured_changes
+from tb_wur_plugin.tf_write.ratios import histogram_counts, partition, update_ratios
+from tb_wur_plugin.tf_write.recording import (
     MetadataOnce,
     check_default_writer_open,
     default_writer_resource,
     static_recording,
 )
-from tb_wur_plugin.watched import WatchedVariable, snapshot, watched_variables, writes_summaries
+from tb_wur_plugin.tf_write.variables import WatchedVariable, snapshot, watched_variables, writes_summaries
 
 
 def _captures_changes(optimizer: Any, watched: Sequence[WatchedVariable]) -> bool:
@@ -256,7 +256,7 @@ def _write_ratios(
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables, changes)  # large variables read one at a time
     skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)[tf.newaxis]
-    abouts = [f"of {tag}: shape {v.shape.as_list()}, {v.dtype.name}" for tag, v in zip(tags, variables)]
+    abouts = [(tag, v.shape.as_list(), v.dtype.name) for tag, v in zip(tags, variables)]
     written = [
         write_scalars(
             [*tags, metadata.SKIPPED_STEP_TAG],
@@ -265,13 +265,12 @@ def _write_ratios(
             [
                 *(
                     metadata.create_summary_metadata(
-                        metadata.KIND_RATIO, f"Weight-update ratio {about}", index
+                        metadata.KIND_RATIO, metadata.ratio_description(*about), index
                     )
                     for index, about in enumerate(abouts)
                 ),
                 metadata.create_summary_metadata(
-                    metadata.KIND_SKIPPED_STEP,
-                    "1 where no watched variable changed (the optimizer skipped the step)",
+                    metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
                 ),
             ],
             writer,
@@ -286,7 +285,7 @@ def _write_ratios(
                 step,
                 [
                     metadata.create_summary_metadata(
-                        metadata.KIND_HISTOGRAM, f"Elementwise update ratios {about}",
+                        metadata.KIND_HISTOGRAM, metadata.histogram_description(*about),
                         histogram_version=histogram_version,
                     )
                     for about in abouts

@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin._write_common import LINE_SEARCH_METADATAS
-from tb_wur_plugin.batched_write import to_stored_scalar, write_scalars
+from tb_wur_plugin.metadata import LINE_SEARCH_METADATAS
+from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_scalars
 
 CAPACITY = 1024
 
@@ -67,8 +67,8 @@ def write_rows(rows: np.ndarray, writer: tf.Tensor) -> None:
     line-search series at its step, to the writer resource `writer` (that of the default
     writer), the tags' metadata with the first event written to that writer only."""
     if len(rows):
-        from tb_wur_plugin import tf_private
-        from tb_wur_plugin.recording import MetadataOnce
+        from tb_wur_plugin.tf_write import tf_private
+        from tb_wur_plugin.tf_write.recording import MetadataOnce
 
         once = MetadataOnce(tf_private.default_writer(), metadata.LINE_SEARCH_TAGS)
         once.written(_write_rows(tf.constant(rows, tf.float64), writer, tf.constant(once.include)))

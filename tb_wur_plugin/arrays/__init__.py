@@ -1,0 +1,9 @@
+"""The array math the TensorFlow-free writers share: norms without overflow, ratios with the
+protocol's conventions, and histogram bucketing on the protocol's edges.
+
+- `numpy_math`: numpy (`writer.SummaryWriter`, the reference the others are tested against).
+- `torch_math`: PyTorch tensors, on their device (`tb_wur_plugin.torch`, Keras on PyTorch).
+- `jax_math`: JAX arrays, jitted (`tb_wur_plugin.jax`, Keras on JAX).
+
+Each module imports only its own framework; none imports TensorFlow.
+"""
