@@ -265,14 +265,20 @@ class WURPlugin(base_plugin.TBPlugin):
         described = []
         for position, (run, matrix) in enumerate(zip(runs, matrices)):
             values, missing = heatmap.reduce_columns(matrix, cols, reduction)
+            values, missing, held = heatmap.hold_gaps(matrix, cols, values, missing)
             arrays[f"codes_{position}"] = heatmap_wire.encode_cells(values, missing)
             arrays[f"skipped_{position}"] = heatmap.skipped_per_column(matrix, cols)
+            arrays[f"held_{position}"], arrays[f"held_from_{position}"] = (
+                heatmap_wire.held_arrays(held)
+            )
             described.append(
                 {
                     "run": run,
                     "tags": list(matrix.tags),
                     "codes": f"codes_{position}",
                     "skipped": f"skipped_{position}",
+                    "held": f"held_{position}",
+                    "held_from": f"held_from_{position}",
                 }
             )
         header = {

@@ -76,6 +76,68 @@ def test_one_column_per_step_when_they_fit():
     assert not missing.any()
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_columns_are_equal_step_ranges(seed):
+    rng = np.random.default_rng(seed)
+    every = int(rng.integers(1, 7))
+    steps = np.arange(int(rng.integers(0, 9)), 400, every)
+    start, end = int(steps[0]), int(rng.integers(steps[0], 400))
+    max_columns = int(rng.integers(1, 500))
+    columns = heatmap.make_columns(steps, start, end, max_columns)
+    widths = np.diff(np.append(columns.start, end + 1))
+    assert len(columns.start) <= max_columns and columns.start[0] == start
+    assert np.all(widths[:-1] == widths[0]) and 1 <= widths[-1] <= widths[0]
+    if -(-(end - start + 1) // every) <= max_columns:
+        # one column per logged step: the width is the logging interval
+        assert widths[0] == (every if end - start >= every else end - start + 1)
+    else:
+        assert widths[0] % every == 0  # every bin holds as many logged steps
+
+
+def test_runs_logged_every_2_and_every_5_steps_get_a_column_per_step():
+    every2 = np.arange(0, 21, 2)
+    every5 = np.arange(0, 21, 5)
+    a = heatmap.RunMatrix.from_series([("w", every2, 1e-3 * (1 + every2))])
+    b = heatmap.RunMatrix.from_series([("w", every5, 1e-3 * (1 + every5)), ("late", every5[2:], every5[2:] * 1e-4)])
+    union = np.union1d(a.steps, b.steps)
+    columns = heatmap.make_columns(union, 0, 20, 1000)
+    np.testing.assert_array_equal(columns.start, np.arange(21))
+    for matrix, every in ((a, 2), (b, 5)):
+        values, missing = heatmap.reduce_columns(matrix, columns, "mean_log10")
+        values, missing, held = heatmap.hold_gaps(matrix, columns, values, missing)
+        # each step shows the layer's last logged ratio: measured at its own steps, held between
+        want = 1e-3 * (1 + (np.arange(21) // every) * every)
+        np.testing.assert_allclose(values[0], want)
+        assert not missing[0].any()
+        cells = {(int(r), int(k)): int(s) for r, f, n, s in zip(held.rows, held.first, held.count, held.step)
+                 for k in range(f, f + n)}
+        assert {k for r, k in cells if r == 0} == {k for k in range(21) if k % every}
+        assert all(s == (k // every) * every for (r, k), s in cells.items() if r == 0)
+        assert held.cells == {2: 10, 5: 16 + 8}[every]  # b's "late" layer: held at 11-14, 16-19
+    # nothing before a layer's first logged step nor after its last
+    values, missing = heatmap.reduce_columns(b, columns, "last")
+    values, missing, held = heatmap.hold_gaps(b, columns, values, missing)
+    assert missing[1, :10].all() and not missing[1, 10:].any()
+    c = heatmap.make_columns(union, 0, 23, 1000)
+    values, missing = heatmap.reduce_columns(a, c, "last")
+    values, missing, _ = heatmap.hold_gaps(a, c, values, missing)
+    assert missing[0, 21:].all()
+
+
+def test_held_cells_take_any_ratio_and_binned_columns_hold_too():
+    steps = np.array([0, 7, 14, 21])
+    values = np.array([np.nan, 0.0, np.inf, 1e-3])
+    matrix = heatmap.RunMatrix.from_series([("w", steps, values)])
+    columns = heatmap.make_columns(np.arange(22), 0, 21, 11)  # bins of 2 steps
+    np.testing.assert_array_equal(columns.start, np.arange(0, 22, 2))
+    reduced, missing = heatmap.reduce_columns(matrix, columns, "max")
+    filled, missing, held = heatmap.hold_gaps(matrix, columns, reduced, missing)
+    assert not missing.any()
+    # bins 0-1 (step 0), 6-7 (7), 14-15 (14), 20-21 (21) are measured; the others held
+    assert list(zip(held.first, held.count, held.step)) == [(1, 2, 0), (4, 3, 7), (8, 2, 14)]
+    np.testing.assert_array_equal(filled[0], [np.nan, np.nan, np.nan, 0, 0, 0, 0, np.inf, np.inf, np.inf, 1e-3])
+
+
 def test_an_empty_range_is_one_missing_column():
     matrix = heatmap.RunMatrix.from_series([("a", np.array([0, 10]), np.array([1e-3, 2e-3]))])
     columns = heatmap.make_columns(matrix.steps, 3, 7, 100)

@@ -2,9 +2,17 @@
 and reduced. Pure numpy, no TensorBoard. (The flag rule is in flags.py, the wire encoding of
 the cells in heatmap_wire.py.)
 
-Columns cover a step range [start, end] without gaps or overlap. When the range holds at most
-`max_columns` logged steps there is one column per logged step; otherwise the range is cut
-into equal-width bins of ceil((end − start + 1) / max_columns) steps.
+Columns cover a step range [start, end] in equal ranges of `w` steps (the last one up to
+`end`), the same for every run shown, without gaps or overlap. `w` is the largest common
+divisor `g` of the spacings of the logged steps inside the range (of all runs together; the
+whole range with fewer than two of them) when the range fits in `max_columns` columns of `g`
+steps: one column per logged step for runs logged every `g` steps, one column per step when
+runs logged every 2 and every 5 steps are shown together. Otherwise `w` is the smallest
+multiple of `g` that makes at most `max_columns` columns (bins).
+
+A column in which a layer logged nothing is missing for that layer; `hold_gaps` then fills
+it, when the layer logged a step before and after it, with the value of the layer's last
+logged step before the column (held, not measured: the tab draws it apart).
 
 Reductions of the ratios r logged in one column (NaN, or a negative value, in the column
 makes mean_log10, max and min NaN: a broken step is never averaged away):
@@ -12,7 +20,6 @@ makes mean_log10, max and min NaN: a broken step is never averaged away):
   some r is +inf, else 0.
 - ``max`` / ``min``: the largest / smallest r (+inf and 0 included).
 - ``last``: r at the column's last logged step, whatever it is.
-A column in which a layer logged nothing is missing for that layer.
 """
 
 from __future__ import annotations
@@ -108,8 +115,8 @@ class Columns:
     count: np.ndarray  # uint32[C]: logged steps in the column
 
 
-def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> Columns:
-    """The columns over [start, end].
+def column_width(steps: np.ndarray, start: int, end: int, max_columns: int) -> int:
+    """The steps a column of [start, end] covers (the module docstring says how).
 
     Args:
         steps: the logged steps, int64, sorted and distinct.
@@ -118,19 +125,34 @@ def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> C
         max_columns: at most this many columns, at least 1.
 
     Returns:
-        One column per logged step inside the range if there are at most `max_columns`,
-        else equal bins of ceil((end − start + 1) / max_columns) steps.
+        w ≥ 1 such that ceil((end − start + 1) / w) ≤ max_columns.
+    """
+    span = end - start + 1  # a Python int: the range may be wider than int64
+    inside = steps[(steps >= start) & (steps <= end)]
+    grid = int(np.gcd.reduce(np.diff(inside))) if len(inside) >= 2 else span
+    grid = max(1, min(grid, span))
+    if -(-span // grid) <= max_columns:
+        return grid
+    per_column = -(-span // max_columns)
+    return grid * -(-per_column // grid)
+
+
+def make_columns(steps: np.ndarray, start: int, end: int, max_columns: int) -> Columns:
+    """The columns over [start, end]: equal ranges of `column_width` steps.
+
+    Args:
+        steps: the logged steps, int64, sorted and distinct.
+        start: the first step of the range.
+        end: the last step of the range, not before `start`.
+        max_columns: at most this many columns, at least 1.
+
+    Returns:
+        Columns starting at start, start + w, start + 2w, ... (w = column_width), the last
+        one up to `end`; at most `max_columns` of them.
     """
     inside = steps[(steps >= start) & (steps <= end)]
-    if len(inside) <= max_columns:
-        bounds = inside.copy()
-        if len(bounds):
-            bounds[0] = start
-        else:
-            bounds = np.array([start], np.int64)
-    else:
-        width = -(-(end - start + 1) // max_columns)
-        bounds = np.arange(start, end + 1, width, dtype=np.int64)
+    width = column_width(steps, start, end, max_columns)
+    bounds = np.arange(start, end + 1, width, dtype=np.int64)
     limits = np.searchsorted(inside, np.append(bounds, end + 1))
     count = np.diff(limits).astype(np.uint32)
     filled = count > 0
@@ -218,3 +240,73 @@ def reduce_columns(
         out = np.where(count[ZERO] > 0, 0.0, smallest)
     out = np.where(count[BROKEN] > 0, np.nan, out)
     return np.where(missing, np.nan, out), missing
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Runs of held cells: layer `rows[i]`, columns `first[i]` .. `first[i] + count[i] − 1`,
+    all showing the ratio the layer logged at step `step[i]` (before those columns)."""
+
+    rows: np.ndarray  # int64[n]
+    first: np.ndarray  # int64[n]
+    count: np.ndarray  # int64[n]
+    step: np.ndarray  # int64[n]
+
+    @classmethod
+    def none(cls) -> "Held":
+        empty = np.zeros(0, np.int64)
+        return cls(empty, empty, empty, empty)
+
+    @property
+    def cells(self) -> int:
+        return int(self.count.sum())
+
+
+def hold_gaps(
+    matrix: RunMatrix, columns: Columns, values: np.ndarray, missing: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, Held]:
+    """Fills the missing cells of `reduce_columns` that lie inside their layer's logged range.
+
+    A layer logged less often than the columns are wide leaves columns without a step of its
+    own between two that have one: such a cell takes the ratio of the layer's last logged
+    step before the column (whatever it is: 0, +inf, NaN included), held until the column of
+    the layer's next logged step. Cells before a layer's first logged step or after its last
+    stay missing.
+
+    Args:
+        matrix: the run's ratios.
+        columns: columns made by `make_columns`.
+        values, missing: what `reduce_columns` returned for them.
+
+    Returns:
+        (values, missing, held): the cells with the held ones filled (no longer missing), and
+        where they are.
+    """
+    n_steps = len(matrix.steps)
+    if not n_steps or not missing.any():
+        return values, missing, Held.none()
+    lo = np.searchsorted(matrix.steps, columns.start)  # first step index in each column
+    hi = np.searchsorted(matrix.steps, np.append(columns.start[1:], columns.end + 1))
+    index = np.where(matrix.present, np.arange(n_steps, dtype=np.int32), np.int32(-1))
+    last_at = np.maximum.accumulate(index, axis=1)  # [L, S]: last logged index ≤ s
+    source = np.where(lo > 0, last_at[:, np.maximum(lo - 1, 0)], -1)  # [L, C]
+    layer_last = last_at[:, -1]
+    held = missing & (source >= 0) & (layer_last[:, None] >= hi[None, :])
+    if not held.any():
+        return values, missing, Held.none()
+    rows, cols = np.nonzero(held)  # row-major: by row, then column
+    src = source[rows, cols]
+    values = values.copy()
+    values[rows, cols] = matrix.values[rows, src]
+    missing = missing & ~held
+    new = np.ones(len(rows), bool)
+    new[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1] + 1) | (src[1:] != src[:-1])
+    starts = np.flatnonzero(new)
+    count = np.diff(np.append(starts, len(rows)))
+    held_runs = Held(
+        rows[starts].astype(np.int64),
+        cols[starts].astype(np.int64),
+        count.astype(np.int64),
+        matrix.steps[src[starts]].astype(np.int64),
+    )
+    return values, missing, held_runs

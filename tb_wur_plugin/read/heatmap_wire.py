@@ -82,6 +82,17 @@ def encode_cells(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
     return codes
 
 
+def held_arrays(held) -> tuple[np.ndarray, np.ndarray]:
+    """The wire arrays of a run's held cells (`heatmap.Held`).
+
+    Returns:
+        (uint32[3n]: per run of held cells its layer row, first column and number of
+        columns; float64[n]: the logged step whose ratio those cells hold).
+    """
+    runs = np.stack([held.rows, held.first, held.count], axis=1).astype(np.uint32)
+    return runs.ravel(), held.step.astype(np.float64)
+
+
 def decode_cells(codes: np.ndarray) -> np.ndarray:
     """The values of `codes`, the inverse of `encode_cells` up to its rounding (for tests
     and clients written in Python): a value code's value is the decimal "{m}e{k}" read with
