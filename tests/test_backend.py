@@ -117,10 +117,31 @@ def test_heatmap_special_values_are_kept(backend):
 def test_heatmap_of_several_runs_shares_the_columns(backend):
     header, arrays = backend.heatmap(run=["grown", "special"], columns=1000)
     assert [r["run"] for r in header["runs"]] == ["grown", "special"]
-    # union of steps 0..5 and 0, 2, ..., 18
-    np.testing.assert_array_equal(arrays["column_first"], [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18])
-    special = arrays[header["runs"][1]["codes"]].reshape(2, 13)
-    assert list(special[0][6:]) == [heatmap_wire.CODE_MISSING] * 7
+    # steps 0..5 and 0, 2, ..., 18: one column per step, equal ranges for both runs
+    np.testing.assert_array_equal(arrays["column_start"], np.arange(19))
+    np.testing.assert_array_equal(arrays["column_count"], [1] * 7 + [0, 1] * 6)
+    special = arrays[header["runs"][1]["codes"]].reshape(2, 19)
+    assert list(special[0][6:]) == [heatmap_wire.CODE_MISSING] * 13  # after its last step
+    assert not len(arrays[header["runs"][1]["held"]])
+    # grown, logged every 2 steps, holds each ratio over the odd step after it
+    grown = arrays[header["runs"][0]["codes"]].reshape(2, 19)
+    assert heatmap_wire.CODE_MISSING not in grown[0]
+    np.testing.assert_array_equal(grown[0][1::2], grown[0][0:-1:2])
+    held = arrays[header["runs"][0]["held"]].reshape(-1, 3)
+    held_from = arrays[header["runs"][0]["held_from"]]
+    assert held.dtype == np.uint32 and held_from.dtype == np.float64
+    # (row, first column, columns) held from step: base/kernel at every odd step; added/kernel
+    # (from step 6) at 7, 9, ..., 17; nothing before its first step
+    want = [(0, k, 1, k - 1) for k in range(1, 19, 2)] + [(1, k, 1, k - 1) for k in range(7, 19, 2)]
+    assert [(*map(int, h), int(s)) for h, s in zip(held, held_from)] == want
+    assert list(grown[1][:6]) == [heatmap_wire.CODE_MISSING] * 6
+
+
+def test_heatmap_of_a_run_logged_every_second_step_has_a_column_per_logged_step(backend):
+    header, arrays = backend.heatmap(run="grown")
+    assert header["columns"] == 10
+    np.testing.assert_array_equal(arrays["column_start"], np.arange(0, 20, 2))
+    assert not len(arrays[header["runs"][0]["held"]])
 
 
 def test_heatmap_of_the_widest_range(backend):
