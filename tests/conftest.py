@@ -44,7 +44,7 @@ COST = {  # seconds of the last full parallel run (at a load average of ~4)
     "tests/test_compat_v1.py": 60,
     "tests/test_faults_writer.py": 50,
     "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
-    "tests/test_examples.py::test_demo_runs_differ_in_their_ratios": 45,
+    "tests/test_examples.py::test_demo_flags_the_defect_and_nothing_else_on_a_quiet_console": 30,
     "tests/test_compact_format.py": 40,
     "tests/test_captured_changes.py": 35,
     "tests/test_keras_backends.py": 35,
