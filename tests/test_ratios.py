@@ -388,3 +388,32 @@ def test_watch_writes_model_order_and_shapes_in_metadata(logdir, writer):
     writer.flush()
     events = read_events(logdir)
     assert [events[t][0][2]["index"] for t in ("b", "a")] == [0, 1]
+
+
+def test_watch_of_nothing_trainable_warns_and_writes_no_ratio(logdir, writer, recwarn):
+    """A model whose layers are all frozen, no variable, or only integer variables: a
+    `UserWarning` naming the problem instead of a silently empty run (issue 23); no warning
+    when nothing would be recorded anyway."""
+    frozen = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    frozen.trainable = False
+    counter = tf.Variable(0, dtype=tf.int64)
+    with wur_summary.watch(frozen.trainable_variables, step=0):  # no default writer
+        pass
+    assert not recwarn.list
+    for variables in (frozen.trainable_variables, [], [counter], frozen.weights):
+        with pytest.warns(UserWarning, match="none of the variables is a trainable") as caught:
+            with writer.as_default(), wur_summary.watch(variables, step=0):
+                counter.assign_add(1)
+        assert len(caught) == 1
+
+    @tf.function
+    def step():
+        with wur_summary.watch(frozen.trainable_variables, step=counter):
+            counter.assign_add(1)
+
+    with writer.as_default(), pytest.warns(UserWarning, match="trainable") as caught:
+        step()
+        step()  # traced once: warned once
+    assert len(caught) == 1
+    writer.flush()
+    assert ratio_series(logdir) == {}

@@ -4,6 +4,7 @@ which writes them for a snapshot taken before an update (the Keras callback's wa
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Iterator, Sequence
 
 import tensorflow as tf
@@ -20,6 +21,13 @@ from tb_wur_plugin.tf_write.recording import (
     static_recording,
 )
 from tb_wur_plugin.tf_write.variables import WatchedVariable, snapshot, watched_variables, writes_summaries
+
+
+NOTHING_TO_WATCH = (
+    "wur_summary.watch: none of the variables is a trainable floating-point variable "
+    "(integer and non-trainable ones are skipped; a model whose layers are all frozen, or "
+    "one not built yet, has none), so no ratio is written for this update"
+)
 
 
 def _captures_changes(optimizer: Any, watched: Sequence[WatchedVariable]) -> bool:
@@ -116,10 +124,13 @@ def watch(
     read on entry, to the default writer; also the skipped-step marker (1 when no watched
     variable changed). Tags are the variables' paths (`watched.watched_variables`). When
     summaries are not being recorded (no default writer, or `record_if` false) it reads,
-    computes and writes nothing. Inside a `tf.function` traced without a default writer, or
-    under a constant `record_if(False)`, it adds no op at all; with a writer and a tensor or
-    callable `record_if` condition it adds one conditional on entry and one on exit, which
-    run the snapshot and the ratios only when the condition holds.
+    computes and writes nothing. When it would record but none of `variables` is a trainable
+    floating-point variable, it writes nothing and warns (a `UserWarning`, which Python's
+    default filter shows once per line of code; in a `tf.function`, when traced). Inside a
+    `tf.function` traced without a default writer, or under a constant `record_if(False)`,
+    it adds no op at all; with a writer and a tensor or callable `record_if` condition it
+    adds one conditional on entry and one on exit, which run the snapshot and the ratios
+    only when the condition holds.
 
     Under a synchronous `tf.distribute` strategy it may wrap `optimizer.apply_gradients` in
     the replica function (only replica 0 logs, as for `tf.summary`) or wrap `strategy.run`
@@ -160,7 +171,11 @@ def watch(
     recording = static_recording()
     if recording is None and tf.executing_eagerly():
         recording = bool(tf.summary.should_record_summaries())
-    if recording is False or not watched:
+    if recording is False:
+        yield
+        return
+    if not watched:  # nothing to write: say so rather than leave an empty run
+        warnings.warn(NOTHING_TO_WATCH, UserWarning, stacklevel=3)  # the `with` line
         yield
         return
     if not writes_summaries(watched):  # a non-chief worker: the chief logs this update
