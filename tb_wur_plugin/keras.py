@@ -32,8 +32,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     skipped-step marker (1 when the optimizer skipped the update, e.g. a
     `LossScaleOptimizer` step with non-finite gradients). Variables are looked up at every
     logged step; a model that Keras builds during its first step has no weights to compare
-    step 0 with (a warning says so). Under `MultiWorkerMirroredStrategy` only the chief
-    writes. Each `fit` starts afresh.
+    step 0 with (a warning says so), and a model with no trainable weights (all its layers
+    frozen) logs no ratio, with a `UserWarning` (once per `fit`) rather than an empty run in
+    silence. Under `MultiWorkerMirroredStrategy` only the chief writes. Each `fit` starts
+    afresh.
 
     With an `armijo.LineSearchModel` (TensorFlow backend) it also writes every step's
     `step_size`, `backtracks`, `loss` and `new_loss` into the same run; enter no summary
@@ -231,10 +233,20 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if self._warned_no_weights:
             return
         self._warned_no_weights = True
+        if getattr(self.model, "built", False):  # built: it has all the weights it gets
+            warnings.warn(
+                f"WeightUpdateRatioCallback: the model has no trainable weights (all its "
+                f"layers are frozen, trainable=False, or none has weights), so no ratio is "
+                f"logged (from step {step} on) into {self.log_dir}/train.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
         warnings.warn(
             f"WeightUpdateRatioCallback: the model has no trainable weights before step "
             f"{step}, so nothing is logged for it. A model that Keras builds during its first "
             "step gets its weights then: call it on a batch before fit to log step 0.",
+            UserWarning,
             stacklevel=3,
         )
 

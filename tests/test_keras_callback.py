@@ -169,6 +169,21 @@ def test_a_subclassed_model_built_before_fit_is_logged_from_step_0(logdir):
     assert_ratios_close(logged, reference.expected, rtol=5e-7)
 
 
+def test_a_model_with_no_trainable_weights_warns_once_and_logs_no_ratio(logdir):
+    """All layers frozen: one UserWarning saying so (not the unbuilt model's advice) over
+    every logged step of the fit, instead of a silently empty run (issue 23)."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.trainable = False
+    model.compile(optimizer="sgd", loss="mse")
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1)
+    with pytest.warns(UserWarning) as caught:
+        model.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4,
+                  epochs=2, verbose=0, callbacks=[callback])
+    ours = [str(w.message) for w in caught if "WeightUpdateRatioCallback" in str(w.message)]
+    assert len(ours) == 1 and "no trainable weights (all its layers are frozen" in ours[0]
+    assert ratio_series(os.path.join(logdir, "train")) == {}
+
+
 def test_steps_per_execution_above_one_is_refused(logdir):
     model, x, y = mixed_model_and_data()
     model.compile(optimizer="adam", loss="mse", steps_per_execution=2)
