@@ -27,39 +27,38 @@ export interface RunInfo {
 /** The tags the plugin writes besides the ratios (from /runs: the frontend names none itself). */
 export interface ReservedTags { learning_rate: string; skipped_step: string; histogram_prefix: string }
 export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags }
-/** Why /flags flags a layer: NaN; +inf after its first update; out of the band (above, below,
- * both: outside) at `patience` consecutive judged steps. */
-export type FlagReason = "nan" | "inf" | "above" | "below" | "outside";
+/** Why /flags flags a layer. The default judgement (no band): "nan", "inf" (+inf after the
+ * first update), "not_moving", "too_fast", "slow_outlier", "fast_outlier"; with a band also
+ * "below_band", "above_band". (An older backend: "above", "below", "outside".) */
+export type FlagReason =
+  | "nan" | "inf" | "not_moving" | "too_fast" | "slow_outlier" | "fast_outlier" | "below_band" | "above_band"
+  | "above" | "below" | "outside";
 export interface FlagInfo {
   tag: string;
-  /** the earliest step of the findings (for a streak: its first step) */
+  /** the earliest step of the findings (a step, for a streak its first one) */
   since: number;
   /** the finding at `since` */
-  reason: FlagReason;
-  nan_since: number | null;
-  inf_since: number | null;
-  streak_since: number | null;
+  reason: FlagReason | string;
+  /** what the flag says, in words: the same text `tb-wur report` prints (absent from an older
+   * backend: the tab composes one) */
+  text?: string;
+  nan_since?: number | null;
+  inf_since?: number | null;
+  streak_since?: number | null;
   /** judged steps of the whole streak holding streak_since (0: none) */
-  streak_length: number;
-  median: number | null;
-  last: number;
-  above: number;
-  below: number;
-  nonfinite: number;
-  logged_steps: number;
+  streak_length?: number;
+  median?: number | null;
+  last?: number;
+  above?: number;
+  below?: number;
+  nonfinite?: number;
+  logged_steps?: number;
   /** logged steps the optimizer skipped: not judged */
   skipped_steps?: number;
-  out_of_band_fraction: number;
-  below_steps: number;
-  above_steps: number;
-  first_out_of_band_step: number | null;
-  last_out_of_band_step: number | null;
-  nan_steps: number;
-  first_nan_step: number | null;
-  inf_steps: number;
-  first_inf_step: number | null;
+  [more: string]: unknown;
 }
-export interface Flags { run: string; low: number; high: number; patience: number; layers: FlagInfo[] }
+/** /flags: `low`/`high` null under the default judgement (no band given). */
+export interface Flags { run: string; low: number | null; high: number | null; patience: number; layers: FlagInfo[] }
 /** /suggestions: per layer the learning rate that brings its ratio to `target`. */
 export interface Suggestion { tag: string; suggested_learning_rate: number | null; ratio: number | null; learning_rate: number | null; steps: number }
 export interface Suggestions { run: string; target: number; last: number; has_learning_rate: boolean; layers: Suggestion[] }
@@ -127,7 +126,9 @@ export const api = {
     const response = await get(`./compare?${query({ run_a: p.runA, run_b: p.runB, columns: p.columns, start: p.start, end: p.end })}`, signal);
     return parseComparison(await binary(response));
   },
-  flags: (run: string, low: number, high: number, patience: number, signal?: AbortSignal) => getJson<Flags>(`./flags?${query({ run, low, high, patience })}`, signal),
+  /** `band` null: no low/high (the default judgement). */
+  flags: (run: string, band: { low: number; high: number } | null, patience: number, signal?: AbortSignal) =>
+    getJson<Flags>(`./flags?${query({ run, low: band?.low, high: band?.high, patience })}`, signal),
   suggestions: (run: string, signal?: AbortSignal) => getJson<Suggestions>(`./suggestions?${query({ run })}`, signal),
   series: (run: string, tag: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag })}`, signal),
   histograms: (run: string, tag: string, signal?: AbortSignal) => getJson<Histograms>(`./histograms?${query({ run, tag })}`, signal),

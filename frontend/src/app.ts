@@ -155,14 +155,15 @@ export class App {
   private async loadFlags(): Promise<void> {
     this.flagsController?.abort();
     const controller = (this.flagsController = new AbortController());
-    const runs = this.store.heatmapRuns(), { band, patience } = this.store.s;
+    const runs = this.store.heatmapRuns(), { flagBand, patience } = this.store.s;
     if (!runs.length) {
       this.store.setFlags([]);
       return;
     }
     this.busy(1);
     try {
-      const all = await Promise.all(runs.map((run) => api.flags(run, band.low, band.high, patience, controller.signal)));
+      // no band set by the user: no low/high, the server's default judgement
+      const all = await Promise.all(runs.map((run) => api.flags(run, flagBand, patience, controller.signal)));
       if (controller.signal.aborted) return;
       this.store.setFlags(rankFlags(all.flatMap((f) => f.layers.map((l) => ({ ...l, run: f.run })))));
     } catch (e) {
@@ -295,14 +296,30 @@ export class App {
     void this.loadCompare();
   }
 
-  /** Recolors and redraws here; the flags are judged by the server: one /flags a shown run. */
-  setBand(band: Band): void {
-    this.store.setBand(band);
+  /** Recolors and redraws here; the flags are judged by the server: one /flags a shown run.
+   * `explicit`: the user set the band fields (the flags judge by the band); else the default
+   * judgement (no band sent). */
+  setBand(band: Band, explicit = true): void {
+    this.store.setBand(band, explicit);
     void this.loadFlags();
   }
 
   setRunShown(run: string, shown: boolean): void {
     this.setRunsShown([run], shown);
+  }
+
+  /** The run filter hides the runs it does not match: their heatmaps, flags and comparison
+   * choices (a comparison of a hidden run goes). Fetches as a run toggle does, when the runs
+   * shown changed. */
+  setRunFilter(filter: RegExp | null): void {
+    const before = this.store.heatmapRuns().join("\n");
+    this.store.setRunFilter(filter);
+    const pair = this.store.s.comparePair;
+    if (pair && !pair.every((r) => this.store.matchesFilter(r))) this.pickCompare("", "");
+    if (this.store.heatmapRuns().join("\n") === before) return;
+    void this.loadHeatmap();
+    void this.loadFlags();
+    void this.loadLineSearch();
   }
 
   setRunsShown(runs: string[], shown: boolean): void {
@@ -359,7 +376,7 @@ export class App {
     if (dirty.has("heatmaps") || dirty.has("selection")) this.commitSelection();
     if (dirty.has("legend")) this.commitLegend();
     if (dirty.has("zoom")) this.toolbar.showZoom(s.heatmap, !!s.zoom);
-    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags, s.band, s.patience, this.store.heatmapRuns().length);
+    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags.filter((f) => this.store.isShown(f.run)), s.flagBand, s.patience, this.store.heatmapRuns().length);
     if (dirty.has("compare")) this.commitCompare();
     if (dirty.has("detail")) this.commitDetail();
   }
@@ -376,14 +393,16 @@ export class App {
     const t0 = performance.now();
     const table = this.colors.table(h, s.band, s.dark), colors = themeColors(this.root);
     const width = this.lastWidth || this.plotWidth();
-    const names = new Set(h.runs.map((r) => r.run));
+    const shownRuns = h.runs.map((run, runIndex) => ({ run, runIndex })).filter(({ run }) => this.store.isShown(run.run));
+    const names = new Set(shownRuns.map(({ run }) => run.run));
     for (const [run, b] of this.blocks) if (!names.has(run)) { b.destroy(); this.blocks.delete(run); }
-    const sections = h.runs.map((run, runIndex) => {
+    const sections = shownRuns.map(({ run, runIndex }) => {
       let b = this.blocks.get(run.run);
       if (!b) this.blocks.set(run.run, (b = new HeatmapBlock(run.run, this)));
       b.update({
         h, runIndex, info: this.store.runInfo(run.run), filter: s.layerFilter, grouped: s.grouped, collapsed: s.collapsed,
         targetLog10: Math.log10(s.band.target), table, width, color: this.color(run.run), colors,
+        heldTable: run.heldCells ? this.colors.heldTable(h, s.band, s.dark) : null,
         lineSearch: s.lineSearch.get(run.run) ?? null,
       });
       return b.section;
@@ -409,7 +428,8 @@ export class App {
         el("p", { text: "and start TensorBoard with --logdir logs." }))];
     }
     if (!this.store.s.runs.length || this.store.heatmapRuns().length) return []; // loading
-    const text = this.store.selectedRuns().length ? "The selected runs hold no ratios yet." : "No run selected: pick one in the list of runs.";
+    const text = !this.store.filteredRuns().length ? "No run matches the run filter."
+      : this.store.selectedRuns().length ? "The selected runs hold no ratios yet." : "No run selected: pick one in the list of runs.";
     return [el("p", { class: "wur-meta", "data-testid": "wur-message", text })];
   }
 
@@ -428,7 +448,8 @@ export class App {
     const s = this.store.s;
     if (!s.heatmap) return this.legend.clear();
     const skipped = [...this.blocks.values()].some((b) => b.hasMarks);
-    this.legend.update({ domain: this.colors.domain(s.heatmap, s.band), band: s.band, dark: s.dark, colors: themeColors(this.root), skipped });
+    const held = s.heatmap.runs.some((r) => r.heldCells > 0);
+    this.legend.update({ domain: this.colors.domain(s.heatmap, s.band), band: s.band, dark: s.dark, colors: themeColors(this.root), skipped, held });
   }
 
   /** The comparison: hidden with no run shown (the tab shows only that message). */
@@ -437,7 +458,7 @@ export class App {
     this.compare.element.hidden = !this.store.heatmapRuns().length;
     if (this.compare.element.hidden) return;
     this.compare.update({
-      runs: s.runs, comparison: s.comparison, error: s.compareError, loading: s.compareLoading,
+      runs: s.runs.filter((r) => this.store.matchesFilter(r.run)), comparison: s.comparison, error: s.compareError, loading: s.compareLoading,
       width: this.lastWidth || this.plotWidth(), dark: s.dark, colors: themeColors(this.root),
     });
   }
@@ -445,7 +466,7 @@ export class App {
   private commitDetail(): void {
     const s = this.store.s, ref = s.selected;
     if (!ref) return;
-    const shown = !s.deselected.has(ref.run);
+    const shown = this.store.isShown(ref.run);
     this.detail.setVisible(shown);
     if (!shown) return;
     this.detail.draw({

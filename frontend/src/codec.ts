@@ -46,6 +46,17 @@ export interface Comparison {
   ranking: CompareRank[];
 }
 
+/** A run's held cells (/heatmap's held_i, held_from_i): runs of cells of one layer where it
+ * logged no step, showing the ratio of its last logged step before them. */
+export interface HeldRuns {
+  /** per run of held cells: the layer row, its first column, its number of columns */
+  rows: Uint32Array;
+  first: Uint32Array;
+  count: Uint32Array;
+  /** the logged step whose ratio the cells hold */
+  from: Float64Array;
+}
+
 export interface HeatmapRun {
   run: string;
   tags: string[];
@@ -53,6 +64,12 @@ export interface HeatmapRun {
   codes: Uint16Array;
   /** Per column: how many of its logged steps the optimizer skipped (ratios 0 by design). */
   skipped: Uint32Array;
+  held: HeldRuns;
+  /** Row-major [layer][column]: the index in `held` of a held cell, -1 for a measured (or
+   * missing) one; null when no cell is held. */
+  heldIndex: Int32Array | null;
+  /** held cells */
+  heldCells: number;
 }
 
 export interface Heatmap {
@@ -127,14 +144,19 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
   const columns: number = header.columns;
   const codes = parseCodes(header.codes);
   const count = get("column_count");
-  const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string; skipped?: string }[]).map((r) => {
+  const runs: HeatmapRun[] = (header.runs as { run: string; tags: string[]; codes: string; skipped?: string; held?: string; held_from?: string }[]).map((r) => {
     const codes = get(r.codes);
     if (!(codes instanceof Uint16Array)) throw new Error("heatmap codes must be uint16");
     if (codes.length !== r.tags.length * columns) throw new Error("heatmap codes do not match tags x columns");
     const read = r.skipped ? get(r.skipped) : new Uint32Array(columns); // absent: none skipped
     if (read.length !== columns) throw new Error("heatmap skipped steps do not match the columns");
     const skipped = read instanceof Uint32Array ? read : Uint32Array.from(read);
-    return { run: r.run, tags: r.tags, codes, skipped };
+    // absent (an older backend): nothing held
+    const triples = r.held ? toU32(get(r.held)) : new Uint32Array(0);
+    const from = r.held_from ? toF64(get(r.held_from)) : new Float64Array(0);
+    const held = heldRuns(triples, from, r.tags.length, columns);
+    const { index, cells } = heldCellIndex(held, r.tags.length, columns);
+    return { run: r.run, tags: r.tags, codes, skipped, held, heldIndex: index, heldCells: cells };
   });
   return {
     start: header.start,
@@ -148,6 +170,40 @@ export function parseHeatmap(buffer: ArrayBuffer | Uint8Array): Heatmap {
     columnCount: count instanceof Uint32Array ? count : Uint32Array.from(count),
     runs,
   };
+}
+
+/** The held runs of `held_i` (row, first column, columns per run) and `held_from_i`,
+ * checked against the matrix. */
+function heldRuns(triples: Uint32Array, from: Float64Array, rows: number, columns: number): HeldRuns {
+  const n = from.length;
+  if (triples.length !== 3 * n) throw new Error("heatmap held cells do not match their steps");
+  const out: HeldRuns = { rows: new Uint32Array(n), first: new Uint32Array(n), count: new Uint32Array(n), from };
+  for (let j = 0; j < n; j++) {
+    const [r, k, c] = [triples[3 * j], triples[3 * j + 1], triples[3 * j + 2]];
+    if (r >= rows || c < 1 || k + c > columns) throw new Error("heatmap held cells lie outside the matrix");
+    out.rows[j] = r; out.first[j] = k; out.count[j] = c;
+  }
+  return out;
+}
+
+/** Per cell ([layer][column]) the index of its held run, -1 where none; null when none. */
+function heldCellIndex(held: HeldRuns, rows: number, columns: number): { index: Int32Array | null; cells: number } {
+  if (!held.from.length) return { index: null, cells: 0 };
+  const index = new Int32Array(rows * columns).fill(-1);
+  let cells = 0;
+  for (let j = 0; j < held.from.length; j++) {
+    const base = held.rows[j] * columns + held.first[j];
+    index.fill(j, base, base + held.count[j]);
+    cells += held.count[j];
+  }
+  return { index, cells };
+}
+
+/** The logged step whose ratio cell (layer row, column k) of `run` holds; NaN for a measured
+ * (or missing) cell. */
+export function heldFrom(run: HeatmapRun, row: number, k: number, columns: number): number {
+  const j = run.heldIndex ? run.heldIndex[row * columns + k] : -1;
+  return j >= 0 ? run.held.from[j] : NaN;
 }
 
 /** Parses a (decompressed) WUR1 payload of /compare: ratio_A / ratio_B as cell codes, and

@@ -106,6 +106,35 @@ export function codeColorTable(d: Domain, theme: Theme, c: Codes): Uint32Array {
   return table;
 }
 
+/** How far a held cell's color goes toward the page's background (0: not at all, 1: all the
+ * way): held cells are drawn pale, in the hue of their value. */
+export const HELD_FADE = 0.55;
+
+/** The background held cells fade toward. */
+export function heldBackground(theme: Theme): [number, number, number] {
+  return theme.dark ? [32, 33, 36] : [255, 255, 255];
+}
+
+/** A held cell's color: `rgba` (packed) faded HELD_FADE of the way toward the background. */
+export function heldColor(rgba: number, theme: Theme): number {
+  const [r, g, b] = unpackRGBA(rgba), bg = heldBackground(theme);
+  const mix = (c: number, k: number) => Math.round(c + (bg[k] - c) * HELD_FADE);
+  return packRGBA(mix(r, 0), mix(g, 1), mix(b, 2));
+}
+
+/** The held cells' table: every entry of `table` faded (heldColor). */
+export function heldColorTable(table: Uint32Array, theme: Theme): Uint32Array {
+  const out = new Uint32Array(table.length);
+  const memo = new Map<number, number>();
+  for (let i = 0; i < table.length; i++) {
+    const v = table[i];
+    let faded = memo.get(v);
+    if (faded === undefined) memo.set(v, (faded = heldColor(v, theme)));
+    out[i] = faded;
+  }
+  return out;
+}
+
 /** Extent [min, max] of log10 over the value codes of the given arrays (NaN, NaN if none). */
 export function codeExtent(arrays: Uint16Array[], c: Codes): [number, number] {
   let lo = Infinity, hi = -Infinity;
@@ -126,7 +155,7 @@ export function codeExtent(arrays: Uint16Array[], c: Codes): [number, number] {
  * the theme changes (the extent is computed once per heatmap). */
 export class ColorTables {
   private extent: { h: Heatmap; lo: number; hi: number } | null = null;
-  private last: { key: string; table: Uint32Array } | null = null;
+  private last: { key: string; table: Uint32Array; held: Uint32Array | null; dark: boolean } | null = null;
 
   domain(h: Heatmap, band: Band): Domain {
     if (this.extent?.h !== h) {
@@ -139,8 +168,15 @@ export class ColorTables {
   table(h: Heatmap, band: Band, dark: boolean): Uint32Array {
     const d = this.domain(h, band);
     const key = JSON.stringify([d, dark, h.codes]);
-    if (this.last?.key !== key) this.last = { key, table: codeColorTable(d, { dark }, h.codes) };
+    if (this.last?.key !== key) this.last = { key, table: codeColorTable(d, { dark }, h.codes), held: null, dark };
     return this.last.table;
+  }
+
+  /** The held cells' table that goes with `table(h, band, dark)` (made on first use). */
+  heldTable(h: Heatmap, band: Band, dark: boolean): Uint32Array {
+    const table = this.table(h, band, dark), last = this.last!;
+    if (!last.held) last.held = heldColorTable(table, { dark });
+    return last.held;
   }
 }
 

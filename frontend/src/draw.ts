@@ -7,13 +7,23 @@ import { formatStepShort, stepTicks } from "./format";
 import { LineSearchView, meanBacktracks } from "./line_search";
 import type { ChartColors } from "./theme";
 
+/** Held cells and their colors: `index` ([L][C] like the codes) is ≥ 0 where a cell is held,
+ * drawn from `table` (heldColorTable) instead. */
+export interface HeldPaint { index: Int32Array; table: Uint32Array }
+
 /** Fills `out` (C x R packed RGBA) with the colors of rows `rows` of `codes` ([L][C]);
- * `table` (codeColorTable) has a color for every uint16 code. */
-export function paintCells(codes: Uint16Array, columns: number, rows: ArrayLike<number>, table: Uint32Array, out: Uint32Array): void {
+ * `table` (codeColorTable) has a color for every uint16 code; held cells take theirs from
+ * `held.table`. */
+export function paintCells(codes: Uint16Array, columns: number, rows: ArrayLike<number>, table: Uint32Array, out: Uint32Array, held: HeldPaint | null = null): void {
   let o = 0;
   for (let r = 0; r < rows.length; r++) {
     const base = rows[r] * columns;
-    for (let k = 0; k < columns; k++) out[o++] = table[codes[base + k]];
+    if (!held) {
+      for (let k = 0; k < columns; k++) out[o++] = table[codes[base + k]];
+      continue;
+    }
+    const index = held.index, faded = held.table;
+    for (let k = 0; k < columns; k++) out[o++] = index[base + k] >= 0 ? faded[codes[base + k]] : table[codes[base + k]];
   }
 }
 
@@ -23,7 +33,7 @@ export function paintCells(codes: Uint16Array, columns: number, rows: ArrayLike<
  * devicePixelRatio, and only columns x rows pixels to fill). */
 export function drawHeatmap(
   canvas: HTMLCanvasElement, codes: Uint16Array, columns: number, rows: ArrayLike<number>,
-  table: Uint32Array, cssWidth: number, cssHeight: number,
+  table: Uint32Array, cssWidth: number, cssHeight: number, held: HeldPaint | null = null,
 ): void {
   const w = Math.max(1, columns), h = Math.max(1, rows.length);
   if (canvas.width !== w) canvas.width = w;
@@ -38,7 +48,7 @@ export function drawHeatmap(
     return;
   }
   const image = ctx.createImageData(columns, rows.length);
-  paintCells(codes, columns, rows, table, new Uint32Array(image.data.buffer));
+  paintCells(codes, columns, rows, table, new Uint32Array(image.data.buffer), held);
   ctx.putImageData(image, 0, 0);
 }
 

@@ -1,6 +1,6 @@
 // Text shown to the user: ratios, steps, ticks (d3-scale's), tooltips. Pure functions.
 import { scaleLinear, scaleLog } from "d3-scale";
-import { cellKind, codeLog10, Codes, ColumnAxis, decodeCode, Heatmap, columnRange } from "./codec";
+import { cellKind, codeLog10, Codes, ColumnAxis, decodeCode, Heatmap, columnRange, heldFrom } from "./codec";
 
 /** A ratio to 3 significant digits, as JavaScript's toPrecision(3) writes it. */
 export function formatRatio(value: number): string {
@@ -83,14 +83,25 @@ export function cellValueText(code: number, c: Codes): { ratio: string; log10: s
   }
 }
 
-/** Lines of the hover tooltip of the cell (row, column k) of run `runIndex`. */
+/** A held cell's column label: "step 11 (held from step 10)". */
+export function heldLabel(h: ColumnAxis, k: number, from: number): string {
+  const [a, b] = columnRange(h, k);
+  return `${a === b ? `step ${formatStep(a)}` : `steps ${formatStep(a)}–${formatStep(b)}`} (held from step ${formatStep(from)})`;
+}
+
+/** Lines of the hover tooltip of the cell (row, column k) of run `runIndex`. A held cell
+ * names the logged step whose ratio it shows. */
 export function tooltipLines(h: Heatmap, runIndex: number, row: number, k: number, reduction?: string): string[] {
   const run = h.runs[runIndex];
   const code = run.codes[row * h.columns + k];
   const { ratio, log10 } = cellValueText(code, h.codes);
-  const lines = [run.tags[row], `${columnLabel(h, k)}  ·  run ${run.run}`, `ratio ${ratio}`];
+  const from = heldFrom(run, row, k, h.columns);
+  const held = !Number.isNaN(from);
+  const lines = [run.tags[row], `${held ? heldLabel(h, k, from) : columnLabel(h, k)}  ·  run ${run.run}`, `ratio ${ratio}`];
   if (log10) lines.push(`log10 ${log10}`);
-  if (h.columnCount[k] > 1 && cellKind(code, h.codes) !== "missing") {
+  if (held) {
+    lines.push(`held: ${run.tags[row]} logged no step here; the ratio of step ${formatStep(from)}, its last logged step before`);
+  } else if (h.columnCount[k] > 1 && cellKind(code, h.codes) !== "missing") {
     lines.push(`${h.columnCount[k]} logged steps, ${reduction ?? h.reduction}`);
   }
   const skipped = skippedText(h, runIndex, k);
@@ -124,25 +135,32 @@ export function viewJson(h: Heatmap, runIndex: number, rows: ArrayLike<number>):
     return { first_step: first, last_step: last, logged_steps: h.columnCount[k] };
   });
   const layers: Record<string, (number | string | null)[]> = {};
+  const heldFromStep: Record<string, (number | null)[]> = {};
   for (let r = 0; r < rows.length; r++) {
     const row = rows[r];
     const values: (number | string | null)[] = [];
+    const from: (number | null)[] = [];
     for (let k = 0; k < h.columns; k++) {
       const code = run.codes[row * h.columns + k];
       const kind = cellKind(code, h.codes);
       values.push(kind === "missing" ? null : kind === "nan" ? "NaN" : kind === "inf" || kind === "huge" ? "Infinity" : kind === "zero" || kind === "tiny" ? 0 : Number(decodeCode(code, h.codes).toPrecision(3)));
+      const s = heldFrom(run, row, k, h.columns);
+      from.push(Number.isNaN(s) ? null : s);
     }
     layers[run.tags[row]] = values;
+    if (from.some((s) => s !== null)) heldFromStep[run.tags[row]] = from;
   }
-  return JSON.stringify({ run: run.run, reduction: h.reduction, columns, layers });
+  // held_from_step: per layer with held cells, the logged step each cell holds (null: measured)
+  return JSON.stringify({ run: run.run, reduction: h.reduction, columns, layers, held_from_step: heldFromStep });
 }
 
 /** CSV of what a heatmap shows: one line per shown (layer, column), ratios as displayed
- * (3 significant digits; nan, inf, 0; empty when not logged). */
+ * (3 significant digits; nan, inf, 0; empty when not logged), and for a held cell the logged
+ * step whose ratio it holds (empty for a measured one). */
 export function viewCsv(h: Heatmap, runIndex: number, rows: ArrayLike<number>): string {
   const run = h.runs[runIndex];
   const quote = (t: string) => (/[",\n\r]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t);
-  const lines = ["tag,first_step,last_step,logged_steps,ratio"];
+  const lines = ["tag,first_step,last_step,logged_steps,ratio,held_from_step"];
   const ranges = Array.from({ length: h.columns }, (_, k) => columnRange(h, k));
   for (let r = 0; r < rows.length; r++) {
     const row = rows[r];
@@ -151,7 +169,8 @@ export function viewCsv(h: Heatmap, runIndex: number, rows: ArrayLike<number>): 
       const code = run.codes[row * h.columns + k];
       const kind = cellKind(code, h.codes);
       const value = kind === "missing" ? "" : kind === "nan" ? "nan" : kind === "inf" || kind === "huge" ? "inf" : kind === "zero" || kind === "tiny" ? "0" : decodeCode(code, h.codes).toPrecision(3);
-      lines.push(`${tag},${ranges[k][0]},${ranges[k][1]},${h.columnCount[k]},${value}`);
+      const from = heldFrom(run, row, k, h.columns);
+      lines.push(`${tag},${ranges[k][0]},${ranges[k][1]},${h.columnCount[k]},${value},${Number.isNaN(from) ? "" : from}`);
     }
   }
   return lines.join("\n") + "\n";

@@ -58,9 +58,10 @@ export function severity(code: number, targetLog10: number, c: Codes): number {
   }
 }
 
-/** The codes of the display rows ([R][C]) and, per cell, the tag index it shows (for a group
- * header: its worst member in that column). */
-export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpec[], targetLog10: number, c: Codes): { codes: Uint16Array; source: Int32Array } {
+/** The codes of the display rows ([R][C]), per cell the tag index it shows (for a group
+ * header: its worst member in that column) and, given the run's held-cell index ([L][C]), the
+ * display's (the shown cell's). */
+export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpec[], targetLog10: number, c: Codes, heldIndex: Int32Array | null = null): { codes: Uint16Array; source: Int32Array; held: Int32Array | null } {
   const out = new Uint16Array(specs.length * columns);
   const source = new Int32Array(specs.length * columns);
   specs.forEach((spec, r) => {
@@ -80,7 +81,12 @@ export function displayMatrix(codes: Uint16Array, columns: number, specs: RowSpe
       source[o + k] = best;
     }
   });
-  return { codes: out, source };
+  let held: Int32Array | null = null;
+  if (heldIndex) {
+    held = new Int32Array(specs.length * columns);
+    for (let i = 0; i < held.length; i++) held[i] = heldIndex[source[i] * columns + (i % columns)];
+  }
+  return { codes: out, source, held };
 }
 
 /** Rows of a run's heatmap: shown tags (filtered), display rows (grouped) and their codes. */
@@ -89,6 +95,6 @@ export function blockRows(h: Heatmap, runIndex: number, filter: RegExp | null, g
   const shown: number[] = [];
   run.tags.forEach((tag, i) => { if (!filter || filter.test(tag)) shown.push(i); });
   const specs = layoutRows(run.tags, shown, grouped, collapsed);
-  const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, targetLog10, h.codes) : null;
+  const display = specs.some((r) => r.kind === "group") ? displayMatrix(run.codes, h.columns, specs, targetLog10, h.codes, run.heldIndex) : null;
   return { shown, specs, display };
 }

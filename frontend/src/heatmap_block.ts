@@ -37,6 +37,8 @@ export interface BlockView {
   collapsed: ReadonlySet<string>;
   targetLog10: number;
   table: Uint32Array;
+  /** the held cells' colors (ColorTables.heldTable), when the run has any */
+  heldTable: Uint32Array | null;
   width: number;
   color: string;
   colors: ChartColors;
@@ -51,10 +53,11 @@ export class HeatmapBlock {
   runIndex = 0;
   shown: number[] = [];
   specs: RowSpec[] = [];
-  display: { codes: Uint16Array; source: Int32Array } | null = null;
+  display: { codes: Uint16Array; source: Int32Array; held: Int32Array | null } | null = null;
   rowHeight = 18;
   width = 0;
   table: Uint32Array | null = null;
+  heldTable: Uint32Array | null = null;
   private readonly swatch = el("span", { class: "wur-swatch" });
   private readonly meta = el("span", { class: "wur-meta" });
   private readonly marksTitle = el("div", { class: "wur-marks-title", text: "skipped", title: SKIPPED_MEANING });
@@ -122,6 +125,7 @@ export class HeatmapBlock {
     this.runIndex = v.runIndex;
     this.width = v.width;
     this.table = v.table;
+    this.heldTable = v.heldTable;
     if (rowsChanged) {
       Object.assign(this, blockRows(h, v.runIndex, v.filter, v.grouped, v.collapsed, v.targetLog10));
       this.rowsKey = rowsKey;
@@ -135,10 +139,10 @@ export class HeatmapBlock {
     this.updateHead(v, run.tags.length);
     setAttrs(this.canvas, {
       "data-rows": n, "data-cols": h.columns, "data-start": h.start, "data-end": h.end, "data-reduction": h.reduction,
-      "data-skipped-columns": skippedColumns.join(","),
+      "data-skipped-columns": skippedColumns.join(","), "data-held-cells": run.heldCells,
       "aria-label": `Heatmap of ${run.run}: ${n} rows by ${h.columns} step columns. Arrow keys move, Enter opens the layer.`,
     });
-    const drawKey = [h, this.specs, v.table, v.width];
+    const drawKey = [h, this.specs, v.table, v.heldTable, v.width];
     if (!sameKeys(drawKey, this.drawKey)) {
       this.drawCells(this.canvas, v.table, n * this.rowHeight);
       this.drawKey = drawKey;
@@ -198,9 +202,10 @@ export class HeatmapBlock {
 
   /** Draws the shown rows' cells on `canvas` (also the PNG export's). */
   drawCells(canvas: HTMLCanvasElement, table: Uint32Array, cssHeight: number): void {
-    const h = this.h!;
-    if (this.display) drawHeatmap(canvas, this.display.codes, h.columns, this.specs.map((_, i) => i), table, this.width, cssHeight);
-    else drawHeatmap(canvas, h.runs[this.runIndex].codes, h.columns, this.specs.map((x) => x.tag), table, this.width, cssHeight);
+    const h = this.h!, run = h.runs[this.runIndex];
+    const heldPaint = (index: Int32Array | null) => (index && this.heldTable ? { index, table: this.heldTable } : null);
+    if (this.display) drawHeatmap(canvas, this.display.codes, h.columns, this.specs.map((_, i) => i), table, this.width, cssHeight, heldPaint(this.display.held));
+    else drawHeatmap(canvas, run.codes, h.columns, this.specs.map((x) => x.tag), table, this.width, cssHeight, heldPaint(run.heldIndex));
   }
 
   /** Selected and highlighted row labels, the highlight box; returns the box when shown. */

@@ -1,12 +1,13 @@
 // The legend: the color scale (a canvas: viridis over log10 of the ratio, the band and its
 // target, decade ticks) and the special cells. Its DOM is built once; update() redraws it in
 // place, clear() leaves the element empty (no run shown).
-import { Band, Domain, domainPosition, RAMP_SIZE, SPECIAL_MEANING, Special, specialColors, unpackRGBA, viridisRamp } from "./color";
+import { Band, Domain, domainPosition, heldColor, RAMP_SIZE, SPECIAL_MEANING, Special, specialColors, unpackRGBA, viridisRamp } from "./color";
 import { el } from "./dom";
 import { decadeTicks, formatPow10, formatRatio, formatShortRatio } from "./format";
 import type { ChartColors } from "./theme";
 
 export const SKIPPED_MEANING = "skipped step (mark above the heatmap): the optimizer applied no update, its ratios are 0";
+export const HELD_MEANING = "pale: held, the layer logged no step in this column; the ratio of its last logged step before it (the tooltip names the step)";
 
 /** A color-scale canvas: SCALE_W CSS px wide, its bar SCALE_BAR_W x SCALE_BAR_H CSS px from x
  * SCALE_X0. */
@@ -56,7 +57,7 @@ export function drawColorScale(canvas: HTMLCanvasElement, d: Domain, band: Band,
   }
 }
 
-export interface LegendView { domain: Domain; band: Band; dark: boolean; colors: ChartColors; skipped: boolean }
+export interface LegendView { domain: Domain; band: Band; dark: boolean; colors: ChartColors; skipped: boolean; held: boolean }
 
 export class Legend {
   readonly element = el("div", { class: "wur-legend", "data-testid": "wur-legend" });
@@ -65,6 +66,9 @@ export class Legend {
   private readonly swatches = new Map<Special, HTMLElement>();
   private readonly skippedItem = el("span", { class: "wur-legend-special", "data-testid": "wur-legend-skipped" },
     el("span", { class: "wur-swatch wur-skip-swatch" }), el("span", { text: SKIPPED_MEANING }));
+  private readonly heldSwatch = el("span", { class: "wur-swatch wur-held-swatch" });
+  private readonly heldItem = el("span", { class: "wur-legend-special", "data-testid": "wur-legend-held" },
+    this.heldSwatch, el("span", { text: HELD_MEANING }));
   private readonly specials = el("div", { class: "wur-legend-specials", "aria-label": "Special cells" });
   private readonly parts: HTMLElement[];
 
@@ -85,6 +89,17 @@ export class Legend {
     const colors = specialColors({ dark: v.dark });
     for (const [s, sw] of this.swatches) sw.style.background = colors[s];
     if (v.skipped) this.specials.append(this.skippedItem); else this.skippedItem.remove();
+    if (v.held) {
+      // the held shades of a few colors of the scale, side by side
+      const ramp = viridisRamp(), css = (i: number) => {
+        const [r, g, b] = unpackRGBA(heldColor(ramp[i], { dark: v.dark }));
+        return `rgb(${r},${g},${b})`;
+      };
+      this.heldSwatch.style.background = `linear-gradient(90deg, ${css(0)} 0 33%, ${css(128)} 33% 67%, ${css(RAMP_SIZE - 1)} 67%)`;
+      this.specials.append(this.heldItem);
+    } else {
+      this.heldItem.remove();
+    }
     if (this.element.firstChild !== this.parts[0]) this.element.replaceChildren(...this.parts);
   }
 

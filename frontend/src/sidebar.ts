@@ -1,5 +1,6 @@
-// The sidebar: the run list (filter, All/None, a checkbox per run) and the flags (layers that
-// left the band, worst first as the backend ranks them; a click reveals the row).
+// The sidebar: the run list (filter, All/None, a checkbox per run; the filter hides the runs it
+// does not match) and the flags (the layers /flags flags, as the backend ranks them, its text
+// verbatim; a click reveals the row).
 import type { FlagInfo, RunInfo } from "./api";
 import { compileFilter, el } from "./dom";
 import { formatShortRatio, formatStep } from "./format";
@@ -9,6 +10,7 @@ import type { FlagRow, RowRef } from "./state";
 const MAX_FLAGS_SHOWN = 200;
 
 export interface SidebarHost {
+  setRunFilter(filter: RegExp | null): void;
   setRunShown(run: string, shown: boolean): void;
   setRunsShown(runs: string[], shown: boolean): void;
   revealRow(ref: RowRef): void;
@@ -16,12 +18,15 @@ export interface SidebarHost {
 
 export class Sidebar {
   readonly element = el("aside", { class: "wur-sidebar" });
-  private readonly runFilter = el("input", { type: "text", placeholder: "Filter runs (regex)", "aria-label": "Filter runs" });
+  private readonly runFilter = el("input", { type: "text", placeholder: "Filter runs (regex)", "aria-label": "Filter runs", "data-testid": "wur-run-filter" });
+  private readonly runFilterHint = el("div", { class: "wur-hint", role: "alert", "data-testid": "wur-run-filter-error" });
+  /** the last valid run filter (an invalid one changes nothing) */
+  private filter: RegExp | null = null;
   private readonly runList = el("ul", { class: "wur-runs", "aria-label": "Runs" });
   private readonly flagsNote = el("div", { class: "wur-flag-meta", "data-testid": "wur-flags-note" });
   private readonly flagsBody = el("tbody");
   private readonly flagsTable = el("table", { class: "wur-flags-table", hidden: true },
-    el("thead", {}, el("tr", {}, ...["layer", "run", "what", "since"].map((h) => el("th", { scope: "col", text: h })))), this.flagsBody);
+    el("thead", {}, el("tr", {}, ...FLAG_COLUMNS.map((h) => el("th", { scope: "col", text: h, title: h === "since step" ? "The step the finding starts at (for a streak, its first step)" : "" })))), this.flagsBody);
   private readonly flagsMore = el("div", { class: "wur-flag-meta" });
   private readonly flagsList = el("div", { class: "wur-flags", "data-testid": "wur-flags", "aria-label": "Flagged layers" }, this.flagsTable, this.flagsMore);
   private runs: RunInfo[] = [];
@@ -34,7 +39,7 @@ export class Sidebar {
     all.addEventListener("click", () => host.setRunsShown(this.filteredRuns(), true));
     none.addEventListener("click", () => host.setRunsShown(this.filteredRuns(), false));
     this.element.append(
-      el("h2", { text: "Runs" }), this.runFilter, el("div", {}, all, " ", none), this.runList,
+      el("h2", { text: "Runs" }), this.runFilter, this.runFilterHint, el("div", {}, all, " ", none), this.runList,
       el("h2", { text: "Flags" }), this.flagsNote, this.flagsList,
     );
     const reveal = (e: Event) => {
@@ -43,7 +48,15 @@ export class Sidebar {
     };
     this.flagsBody.addEventListener("click", reveal);
     this.flagsBody.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); reveal(e); } });
-    this.runFilter.addEventListener("input", () => this.renderRuns(this.runs, this.deselected, this.colorOf));
+    this.runFilter.addEventListener("input", () => {
+      const filter = compileFilter(this.runFilter.value);
+      this.runFilter.classList.toggle("wur-invalid", filter instanceof Error);
+      this.runFilterHint.textContent = filter instanceof Error ? `Invalid regular expression: ${filter.message}` : "";
+      if (filter instanceof Error) return; // keep the last valid one
+      this.filter = filter;
+      this.renderRuns(this.runs, this.deselected, this.colorOf);
+      host.setRunFilter(filter);
+    });
     this.runList.addEventListener("change", (e) => {
       const box = e.target as HTMLInputElement;
       const run = box.getAttribute("data-run");
@@ -52,16 +65,14 @@ export class Sidebar {
   }
 
   private filteredRuns(): string[] {
-    const filter = compileFilter(this.runFilter.value);
-    return this.runs.map((r) => r.run).filter((r) => !(filter instanceof RegExp) || filter.test(r));
+    const filter = this.filter;
+    return this.runs.map((r) => r.run).filter((r) => !filter || filter.test(r));
   }
 
   renderRuns(runs: RunInfo[], deselected: ReadonlySet<string>, colorOf: (run: string) => string): void {
     this.runs = runs;
     this.deselected = deselected;
     this.colorOf = colorOf;
-    const filter = compileFilter(this.runFilter.value);
-    this.runFilter.classList.toggle("wur-invalid", filter instanceof Error);
     const items = this.filteredRuns().map((run) => {
       const box = el("input", { type: "checkbox", "data-testid": "wur-run-toggle", "data-run": run });
       box.checked = !deselected.has(run);
@@ -73,45 +84,77 @@ export class Sidebar {
     if (!items.length && runs.length) this.runList.append(el("li", { class: "wur-meta", text: "No run matches the filter." }));
   }
 
-  /** The flags of the shown runs, one table row each (layer, run, what, since); a click or
-   * Enter on a row reveals the layer. `shownRuns` 0: nothing (no note either). */
-  renderFlags(flags: FlagRow[], band: Band, patience: number, shownRuns: number): void {
-    this.flagsNote.textContent = !shownRuns ? ""
-      : flags.length ? `${flags.length} layer${flags.length === 1 ? "" : "s"} flagged: NaN, +inf after the first update, or out of [${formatShortRatio(band.low)}, ${formatShortRatio(band.high)}] for ${patience} judged step${patience === 1 ? "" : "s"} in a row`
-        : "Every layer stayed in the band.";
+  /** The flags of the shown runs, one table row each (layer, run, what, since step): what a
+   * flag says is /flags' `text`, verbatim (the report prints the same). The note says which
+   * judgement is in force: the default one (`band` null: no band set) or the band with the
+   * patience. A click or Enter on a row reveals the layer. `shownRuns` 0: nothing (no note
+   * either). */
+  renderFlags(flags: FlagRow[], band: Pick<Band, "low" | "high"> | null, patience: number, shownRuns: number): void {
+    this.flagsNote.textContent = shownRuns ? flagsNote(flags.length, band, patience) : "";
+    this.flagsNote.setAttribute("data-judgement", band ? "band" : "default");
     const shown = shownRuns ? flags.slice(0, MAX_FLAGS_SHOWN) : [];
     this.flagsTable.hidden = !shown.length;
     this.flagsBody.replaceChildren(...shown.map((f) => {
-      const row = el("tr", { "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": f.reason, tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
+      const row = el("tr", { "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": String(f.reason), "data-since": f.since === null || f.since === undefined ? "" : String(f.since), tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
         el("td", { class: "wur-flag-tag", text: f.tag }),
         el("td", { class: "wur-flag-run", text: f.run }),
-        el("td", { class: `wur-flag-what${f.nan_since !== null && f.nan_since !== undefined ? " wur-flag-nan" : ""}`, text: flagText(f) }),
-        el("td", { class: "wur-flag-since", text: formatStep(f.since) }));
+        el("td", { class: `wur-flag-what${hasNan(f) ? " wur-flag-nan" : ""}`, text: flagText(f) }),
+        el("td", { class: "wur-flag-since", text: f.since === null || f.since === undefined ? "–" : formatStep(f.since) }));
       return row;
     }));
     this.flagsMore.textContent = flags.length > shown.length && shown.length ? `… and ${flags.length - shown.length} more` : "";
   }
 }
 
-/** The reason of a flag in words. */
-export function reasonText(f: Pick<FlagInfo, "reason" | "streak_length">): string {
-  const steps = `${f.streak_length} step${f.streak_length === 1 ? "" : "s"}`;
-  switch (f.reason) {
-    case "nan": return "NaN";
-    case "inf": return "+inf after first update";
-    case "above": return `above band for ${steps}`;
-    case "below": return `below band for ${steps}`;
-    case "outside": return `outside band for ${steps}`;
-    default: return String(f.reason);
+/** The flags table's column titles. */
+export const FLAG_COLUMNS = ["layer", "run", "what", "since step"];
+
+/** What the flags note says: the judgement in force and how many layers it flags. */
+export function flagsNote(count: number, band: Pick<Band, "low" | "high"> | null, patience: number): string {
+  const flagged = count ? `${count} layer${count === 1 ? "" : "s"} flagged` : "no layer flagged";
+  const steps = `${patience} judged step${patience === 1 ? "" : "s"} in a row`;
+  if (!band) {
+    return `Default judgement (no band set), patience ${patience}: ${flagged}. It flags NaN, +inf after the first update, a layer not moving, updates as large as the weights, or a layer far from its peers for ${steps}; set the band to also flag layers out of it.`;
   }
+  return `Band [${formatShortRatio(band.low)}, ${formatShortRatio(band.high)}] with patience ${patience}: ${flagged}. The default judgement's findings, and a ratio out of the band for ${steps}.`;
 }
 
-/** What a flag says: its reason, the other findings, the skipped steps left out. */
+function hasNan(f: FlagInfo): boolean {
+  return f.reason === "nan" || (f.nan_since !== null && f.nan_since !== undefined);
+}
+
+const REASON_WORDS: Record<string, string> = {
+  nan: "NaN",
+  inf: "+inf after first update",
+  not_moving: "not moving",
+  too_fast: "too fast: updates as large as the weights",
+  slow_outlier: "far slower than its peers",
+  fast_outlier: "far faster than its peers",
+  below_band: "below band",
+  above_band: "above band",
+  above: "above band",
+  below: "below band",
+  outside: "outside band",
+};
+
+/** The reason of a flag in words (with the streak's judged steps where /flags gives them). */
+export function reasonText(f: Pick<FlagInfo, "reason" | "streak_length">): string {
+  const words = REASON_WORDS[String(f.reason)] ?? String(f.reason);
+  const n = f.streak_length;
+  const streak = ["above", "below", "outside", "below_band", "above_band"].includes(String(f.reason));
+  return streak && typeof n === "number" && n > 0 ? `${words} for ${n} step${n === 1 ? "" : "s"}` : words;
+}
+
+/** What a flag says: /flags' `text` verbatim; from a backend without it, composed from the
+ * reason, the other findings and the skipped steps left out. */
 export function flagText(f: FlagInfo): string {
+  if (typeof f.text === "string" && f.text) return f.text;
   const parts = [reasonText(f)];
+  const old = ["above", "below", "outside"].includes(String(f.reason)) || f.streak_length !== undefined;
+  if (!old && f.since !== null && f.since !== undefined && f.reason !== "nan" && f.reason !== "inf") parts[0] += ` since step ${formatStep(f.since)}`;
   if (f.reason !== "nan" && f.nan_since !== null && f.nan_since !== undefined) parts.push(`NaN at step ${formatStep(f.nan_since)}`);
   if (f.reason !== "inf" && f.inf_since !== null && f.inf_since !== undefined) parts.push(`+inf at step ${formatStep(f.inf_since)}`);
-  const streak = f.reason === "above" || f.reason === "below" || f.reason === "outside";
+  const streak = ["above", "below", "outside", "below_band", "above_band"].includes(String(f.reason));
   if (!streak && f.streak_since !== null && f.streak_since !== undefined) parts.push(`out of band for ${f.streak_length} steps from step ${formatStep(f.streak_since)}`);
   const skipped = f.skipped_steps ?? 0;
   if (skipped) parts.push(`${skipped} skipped step${skipped === 1 ? "" : "s"} not judged`);
@@ -121,7 +164,7 @@ export function flagText(f: FlagInfo): string {
 /** As /flags orders them, over several runs: layers with a NaN first, then by since, then by
  * tag, then by run. */
 export function rankFlags(flags: FlagRow[]): FlagRow[] {
-  const nan = (f: FlagInfo) => (f.nan_since !== null && f.nan_since !== undefined ? 1 : 0);
+  const nan = (f: FlagInfo) => (hasNan(f) ? 1 : 0);
   const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
   return [...flags].sort((a, b) => nan(b) - nan(a) || a.since - b.since || cmp(a.tag, b.tag) || cmp(a.run, b.run));
 }

@@ -59,12 +59,19 @@ export interface ViewState {
   runs: RunInfo[];
   reservedTags: ReservedTags | null;
   deselected: Set<string>;
+  /** the run filter: runs whose name it does not match are hidden (heatmaps, flags,
+   * comparison choices), whatever their checkbox says */
+  runFilter: RegExp | null;
   layerFilter: RegExp | null;
   grouped: boolean;
   collapsed: Set<string>;
   reduction: string;
   zoom: Zoom | null;
+  /** the band of the colors and the legend (the default until the user sets one) */
   band: Band;
+  /** the band the flags judge by: set by the user, else null (the default judgement: /flags
+   * without low/high) */
+  flagBand: Band | null;
   /** judged steps in a row out of the band before a layer is flagged (/flags' patience) */
   patience: number;
   /** the runs compared (A, B), null until both are picked */
@@ -85,8 +92,8 @@ export interface ViewState {
  * a change must fetch) is the app's business. */
 export class Store {
   readonly s: ViewState = {
-    runs: [], reservedTags: null, deselected: new Set(), layerFilter: null, grouped: false,
-    collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND }, patience: DEFAULT_PATIENCE,
+    runs: [], reservedTags: null, deselected: new Set(), runFilter: null, layerFilter: null, grouped: false,
+    collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND }, flagBand: null, patience: DEFAULT_PATIENCE,
     comparePair: null, comparison: null, compareError: null, compareLoading: false,
     selected: null, highlight: null, heatmap: null, flags: [], lineSearch: new Map(), dark: false,
   };
@@ -117,6 +124,12 @@ export class Store {
     this.mark("runs", "heatmaps", "legend", "zoom", "flags", "detail", "compare");
   }
 
+  /** The run filter: the runs shown change like a run toggle's. */
+  setRunFilter(filter: RegExp | null): void {
+    this.s.runFilter = filter;
+    this.mark("runs", "heatmaps", "legend", "zoom", "flags", "detail", "compare");
+  }
+
   setLayerFilter(filter: RegExp | null): void {
     this.s.layerFilter = filter;
     this.mark("heatmaps");
@@ -141,9 +154,11 @@ export class Store {
     this.mark("zoom", "detail");
   }
 
-  /** The band recolors (the color domain covers it), redraws the legend, the detail's band. */
-  setBand(band: Band): void {
+  /** The band recolors (the color domain covers it), redraws the legend, the detail's band;
+   * `explicit` (the user set it): the flags judge by it too, else by the default judgement. */
+  setBand(band: Band, explicit = true): void {
     this.s.band = band;
+    this.s.flagBand = explicit ? band : null;
     this.mark("heatmaps", "legend", "detail");
   }
 
@@ -198,9 +213,27 @@ export class Store {
     this.mark("heatmaps", "legend", "detail", "compare");
   }
 
-  /** The runs shown, in the order of /runs. */
+  /** Whether `run` matches the run filter (no filter: every run). */
+  matchesFilter(run: string): boolean {
+    const f = this.s.runFilter;
+    if (!f) return true;
+    f.lastIndex = 0;
+    return f.test(run);
+  }
+
+  /** The runs the run filter lets through, in the order of /runs. */
+  filteredRuns(): string[] {
+    return this.s.runs.map((r) => r.run).filter((r) => this.matchesFilter(r));
+  }
+
+  /** The runs shown: through the run filter and checked, in the order of /runs. */
   selectedRuns(): string[] {
-    return this.s.runs.map((r) => r.run).filter((r) => !this.s.deselected.has(r));
+    return this.filteredRuns().filter((r) => !this.s.deselected.has(r));
+  }
+
+  /** Whether `run` is shown (through the filter and checked). */
+  isShown(run: string): boolean {
+    return this.matchesFilter(run) && !this.s.deselected.has(run);
   }
 
   /** Shown runs that hold ratios (a run may hold only histograms or a learning rate). */

@@ -63,7 +63,7 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-flags { margin: 6px 0; }
 .wur-flags-table { width: 100%; border-collapse: collapse; font-size: 12px; table-layout: fixed; }
 .wur-flags-table th { text-align: left; font-weight: 500; color: var(--muted); border-bottom: 1px solid var(--border); padding: 2px 4px; }
-.wur-flags-table th:nth-child(1) { width: 32%; } .wur-flags-table th:nth-child(2) { width: 22%; } .wur-flags-table th:nth-child(4) { width: 13%; }
+.wur-flags-table th:nth-child(1) { width: 32%; } .wur-flags-table th:nth-child(2) { width: 22%; } .wur-flags-table th:nth-child(4) { width: 15%; }
 .wur-flags-table td { padding: 3px 4px; vertical-align: top; border-bottom: 1px solid var(--grid); word-break: break-all; }
 .wur-flags-table tbody tr { cursor: pointer; }
 .wur-flags-table tbody tr:hover, .wur-flags-table tbody tr:focus-visible { background: var(--panel); }
@@ -100,6 +100,7 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-marks { display: block; margin-bottom: 2px; cursor: help; }
 .wur-marks-title { color: var(--muted); font-size: 10px; line-height: 7px; text-align: right; padding-right: 6px; }
 .wur-skip-swatch { background: var(--skip); }
+.wur-held-swatch { width: 24px; }
 .wur-ls { display: block; margin-bottom: 3px; cursor: crosshair; }
 .wur-ls-title { position: relative; height: 45px; margin-bottom: 3px; color: var(--muted); font-size: 10px; line-height: 10px; text-align: right; padding-right: 6px; cursor: help; }
 .wur-ls-title > span { position: absolute; right: 6px; white-space: nowrap; }

@@ -1,7 +1,7 @@
 // The toolbar: refresh, layer filter, grouping, reduction, zoom (label, reset), band, status.
-import type { Band } from "./color";
+import { Band, DEFAULT_BAND } from "./color";
 import { compileFilter, el } from "./dom";
-import { formatStep } from "./format";
+import { formatShortRatio, formatStep } from "./format";
 import type { Heatmap } from "./codec";
 
 const REDUCTIONS: [string, string][] = [
@@ -14,13 +14,15 @@ export interface ToolbarHost {
   setGrouped(grouped: boolean): void;
   setReduction(reduction: string): void;
   resetZoom(): void;
-  setBand(band: Band): void;
+  /** `explicit` false: the band fields were cleared (the default judgement, the default band's colors) */
+  setBand(band: Band, explicit?: boolean): void;
   setPatience(patience: number): void;
 }
 
-/** The band from the two inputs' text, or what is wrong with it. */
+/** The band from the two inputs' text, or what is wrong with it; an empty field takes the
+ * default band's bound. */
 export function parseBand(lowText: string, highText: string): Band | string {
-  const low = Number(lowText), high = Number(highText);
+  const low = lowText.trim() ? Number(lowText) : DEFAULT_BAND.low, high = highText.trim() ? Number(highText) : DEFAULT_BAND.high;
   const ok = low > 0 && high > 0 && Number.isFinite(low) && Number.isFinite(high) && low < high;
   return ok ? { low, high, target: Math.sqrt(low * high) } : "The band needs 0 < low < high (e.g. 1e-4 and 1e-2).";
 }
@@ -43,8 +45,9 @@ export class Toolbar {
   private readonly zoomLabel = el("span", { class: "wur-meta", "data-testid": "wur-zoom-label" });
   private readonly resetZoom = el("button", { type: "button", "data-testid": "wur-reset-zoom", text: "Reset zoom", disabled: true, title: "Show every step (double-click a heatmap does the same)" });
   private readonly refresh = el("button", { type: "button", "data-testid": "wur-refresh", text: "Refresh", title: "Reload the data" });
-  private readonly low = el("input", { type: "text", class: "wur-band", value: "1e-4", "aria-label": "Lower bound of the healthy band", "data-testid": "wur-band-low" });
-  private readonly high = el("input", { type: "text", class: "wur-band", value: "1e-2", "aria-label": "Upper bound of the healthy band", "data-testid": "wur-band-high" });
+  // empty until the user sets a band: the flags use the default judgement (no band sent)
+  private readonly low = el("input", { type: "text", class: "wur-band", placeholder: "1e-4", "aria-label": "Lower bound of the band (optional: set, layers out of it are flagged too)", "data-testid": "wur-band-low" });
+  private readonly high = el("input", { type: "text", class: "wur-band", placeholder: "1e-2", "aria-label": "Upper bound of the band (optional: set, layers out of it are flagged too)", "data-testid": "wur-band-high" });
   private readonly bandHint = el("span", { class: "wur-hint", role: "alert" });
   private readonly patience = el("input", { type: "text", class: "wur-patience", value: "5", inputmode: "numeric", "aria-label": "Patience: judged steps in a row out of the band before a layer is flagged", "data-testid": "wur-patience" });
   private readonly patienceHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-patience-error" });
@@ -58,8 +61,8 @@ export class Toolbar {
       el("label", { class: "wur-field", title: "Put the variables of one layer (kernel, bias) under a collapsible header row showing the worst of them" }, this.groupBox, "Group by layer"),
       el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reduction),
       this.resetZoom, this.zoomLabel,
-      el("span", { class: "wur-field" }, el("label", { text: "Band" }), this.low, "–", this.high), this.bandHint,
-      el("label", { class: "wur-field", title: "A layer is flagged when its ratio is out of the band at this many judged steps in a row (or NaN, or +inf after its first update)" }, "Patience", this.patience), this.patienceHint,
+      el("span", { class: "wur-field", title: "Optional. Empty: the flags use the default judgement (defects whatever the optimizer) and the colors the band 1e-4–1e-2. Set: layers out of the band for `patience` judged steps are flagged too" }, el("label", { text: "Band" }), this.low, "–", this.high), this.bandHint,
+      el("label", { class: "wur-field", title: "Judged steps in a row a finding must last before a layer is flagged (not moving, far from its peers, out of the band)" }, "Patience", this.patience), this.patienceHint,
       this.status,
     );
     this.refresh.addEventListener("click", () => host.refresh());
@@ -74,12 +77,18 @@ export class Toolbar {
     this.resetZoom.addEventListener("click", () => host.resetZoom());
     for (const input of [this.low, this.high]) {
       input.addEventListener("change", () => {
+        const cleared = !this.low.value.trim() && !this.high.value.trim();
         const band = parseBand(this.low.value, this.high.value);
         const ok = typeof band !== "string";
         this.low.classList.toggle("wur-invalid", !ok);
         this.high.classList.toggle("wur-invalid", !ok);
         this.bandHint.textContent = ok ? "" : band;
-        if (ok) host.setBand(band);
+        if (!ok) return;
+        if (cleared) return host.setBand(band, false); // back to the default judgement
+        // one field set: the other shows the bound in force
+        if (!this.low.value.trim()) this.low.value = formatShortRatio(band.low);
+        if (!this.high.value.trim()) this.high.value = formatShortRatio(band.high);
+        host.setBand(band, true);
       });
     }
     this.patience.addEventListener("change", () => {

@@ -25,7 +25,7 @@ test("heatmap: asks for the runs, columns, range and reduction; inflates a gzip 
 
 test("errors carry the status and the server's one-line reason", async () => {
   await withFetch(() => new Response("run 'x' holds no wur data\nmore", { status: 404 }), async () => {
-    await assert.rejects(api.flags("x", 1e-4, 1e-2, 5), (e: unknown) => e instanceof HttpError && e.status === 404 && /HTTP 404 — run 'x' holds no wur data$/.test(e.message));
+    await assert.rejects(api.flags("x", null, 5), (e: unknown) => e instanceof HttpError && e.status === 404 && /HTTP 404 — run 'x' holds no wur data$/.test(e.message));
   });
 });
 

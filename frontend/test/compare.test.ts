@@ -119,7 +119,8 @@ test("the URLs of /flags (patience), /compare and /suggestions", async () => {
     return url.startsWith("./compare") ? new Response(body) : new Response('{"run":"r","low":1,"high":2,"patience":3,"layers":[]}');
   }) as typeof fetch;
   try {
-    await api.flags("r/x", 1e-4, 1e-2, 3);
+    await api.flags("r/x", null, 3); // no band set: the default judgement
+    await api.flags("r/x", { low: 1e-4, high: 1e-2 }, 3);
     await api.compare({ runA: "a/1", runB: "b", columns: 500, start: 10, end: 20 });
     await api.compare({ runA: "a", runB: "b", columns: 5 });
     await api.suggestions("r");
@@ -127,6 +128,7 @@ test("the URLs of /flags (patience), /compare and /suggestions", async () => {
     globalThis.fetch = original;
   }
   assert.deepEqual(urls, [
+    "./flags?run=r%2Fx&patience=3",
     "./flags?run=r%2Fx&low=0.0001&high=0.01&patience=3",
     "./compare?run_a=a%2F1&run_b=b&columns=500&start=10&end=20",
     "./compare?run_a=a&run_b=b&columns=5",

@@ -80,3 +80,29 @@ export function sampleWithSkipped(counts: number[] = [1, 0, 1]) {
     },
   );
 }
+
+/** Two runs on one column axis of one step each (steps 0..5): "every2" logged at 0, 2, 4 (its
+ * ratios held at 1, 3), "every5" at 0 and 5 (held at 1..4); one layer each. */
+export function sampleWithHeld() {
+  return pack(
+    { start: 0, end: 5, reduction: "mean_log10", columns: 6, codes: CODES,
+      runs: [
+        { run: "every2", tags: ["w"], codes: "codes_0", skipped: "skipped_0", held: "held_0", held_from: "held_from_0" },
+        { run: "every5", tags: ["w"], codes: "codes_1", skipped: "skipped_1", held: "held_1", held_from: "held_from_1" },
+      ] },
+    {
+      column_start: { dtype: "float64", data: [0, 1, 2, 3, 4, 5] },
+      column_first: { dtype: "float64", data: [0, NaN, 2, NaN, 4, 5] },
+      column_last: { dtype: "float64", data: [0, NaN, 2, NaN, 4, 5] },
+      column_count: { dtype: "uint32", data: [1, 0, 1, 0, 1, 1] },
+      codes_0: { dtype: "uint16_planes", data: [encode(1e-3), encode(1e-3), encode(2e-3), encode(2e-3), encode(3e-3), 0] },
+      skipped_0: { dtype: "uint32", data: [0, 0, 0, 0, 0, 0] },
+      held_0: { dtype: "uint32", data: [0, 1, 1, 0, 3, 1] },
+      held_from_0: { dtype: "float64", data: [0, 2] },
+      codes_1: { dtype: "uint16_planes", data: [encode(5e-4), encode(5e-4), encode(5e-4), encode(5e-4), encode(5e-4), encode(6e-4)] },
+      skipped_1: { dtype: "uint32", data: [0, 0, 0, 0, 0, 0] },
+      held_1: { dtype: "uint32", data: [0, 1, 4] },
+      held_from_1: { dtype: "float64", data: [0] },
+    },
+  );
+}

@@ -61,13 +61,13 @@ test("tooltip: tag, step, ratio to 3 digits and log10; specials explained", () =
 test("CSV of the view: shown rows and columns, values as displayed", () => {
   const h = parseHeatmap(sample());
   assert.equal(viewCsv(h, 0, [1, 0]), [
-    "tag,first_step,last_step,logged_steps,ratio",
-    "<img src=x onerror=alert(1)>,0,9,1,inf",
-    "<img src=x onerror=alert(1)>,10,19,1,0",
-    "<img src=x onerror=alert(1)>,20,29,2,0.0000456",
-    "a/kernel,0,9,1,0.00123",
-    "a/kernel,10,19,1,",
-    "a/kernel,20,29,2,nan",
+    "tag,first_step,last_step,logged_steps,ratio,held_from_step",
+    "<img src=x onerror=alert(1)>,0,9,1,inf,",
+    "<img src=x onerror=alert(1)>,10,19,1,0,",
+    "<img src=x onerror=alert(1)>,20,29,2,0.0000456,",
+    "a/kernel,0,9,1,0.00123,",
+    "a/kernel,10,19,1,,",
+    "a/kernel,20,29,2,nan,",
   ].join("\n") + "\n");
 });
 
@@ -107,10 +107,12 @@ test("density chart: y to log10, log10 to bucket", () => {
 import { parseBand } from "../src/toolbar";
 test("the band from its two inputs", () => {
   assert.deepEqual(parseBand("1e-4", "1e-2"), { low: 1e-4, high: 1e-2, target: Math.sqrt(1e-6) });
+  assert.deepEqual(parseBand("1e-5", ""), { low: 1e-5, high: 1e-2, target: Math.sqrt(1e-7) }); // an empty field: the default bound
+  assert.deepEqual(parseBand("", ""), { low: 1e-4, high: 1e-2, target: Math.sqrt(1e-6) });
   for (const [a, b] of [["1e-2", "1e-4"], ["0", "1"], ["x", "1"], ["1e-4", "Infinity"]]) assert.equal(typeof parseBand(a, b), "string", `${a}, ${b}`);
 });
 
-import { flagText, rankFlags, reasonText } from "../src/sidebar";
+import { FLAG_COLUMNS, flagsNote, flagText, rankFlags, reasonText } from "../src/sidebar";
 import type { FlagInfo } from "../src/api";
 export function flagOf(run: string, tag: string, over: Partial<FlagInfo>): FlagInfo & { run: string } {
   return {
@@ -143,4 +145,24 @@ test("the patience: a whole number of steps >= 1", () => {
   assert.equal(parsePatience("5"), 5);
   assert.equal(parsePatience(" 12 "), 12);
   for (const t of ["0", "-1", "2.5", "x", "", "1e3", "Infinity"]) assert.equal(typeof parsePatience(t), "string", t);
+});
+
+test("what a flag says from a backend that sends text: the text, verbatim; without it, composed", () => {
+  const text = "far slower than its peers (median 3.2e-06 vs 1.1e-03) for 12 judged steps from step 40; 1 skipped step";
+  assert.equal(flagText({ tag: "t", since: 40, reason: "slow_outlier", text }), text);
+  assert.equal(flagText({ tag: "t", since: 40, reason: "slow_outlier" }), "far slower than its peers since step 40");
+  assert.equal(flagText({ tag: "t", since: 0, reason: "not_moving", skipped_steps: 2 }), "not moving since step 0; 2 skipped steps not judged");
+  assert.equal(flagText({ tag: "t", since: 3, reason: "nan" }), "NaN");
+  assert.equal(reasonText({ reason: "above_band", streak_length: 4 }), "above band for 4 steps");
+  assert.equal(reasonText({ reason: "too_fast" }), "too fast: updates as large as the weights");
+  // the NaN layer first also when only its reason says NaN
+  const ranked = rankFlags([{ tag: "b", since: 1, reason: "not_moving", run: "r" }, { tag: "a", since: 9, reason: "nan", run: "r" }]);
+  assert.deepEqual(ranked.map((f) => f.tag), ["a", "b"]);
+});
+
+test("the flags note names the judgement in force; the since column its unit", () => {
+  assert.match(flagsNote(3, null, 5), /^Default judgement \(no band set\), patience 5: 3 layers flagged\./);
+  assert.match(flagsNote(0, null, 1), /no layer flagged/);
+  assert.match(flagsNote(1, { low: 1e-4, high: 1e-2 }, 25), /^Band \[1e-4, 1e-2\] with patience 25: 1 layer flagged\./);
+  assert.equal(FLAG_COLUMNS[3], "since step");
 });

@@ -81,4 +81,24 @@ test("shown runs: the selected ones, in order; those with ratios for the heatmap
   assert.deepEqual(store.heatmapRuns(), ["a"]);
   store.setRunShown("c", true);
   assert.deepEqual(store.heatmapRuns(), ["a", "c"]);
+  // the run filter hides the runs it does not match, checked or not
+  store.setRunFilter(/^c|b/i);
+  assert.deepEqual(store.filteredRuns(), ["b", "c"]);
+  assert.deepEqual(store.selectedRuns(), ["b", "c"]);
+  assert.deepEqual(store.heatmapRuns(), ["c"]);
+  assert.equal(store.isShown("a"), false);
+  store.setRunShown("c", false);
+  assert.deepEqual(store.heatmapRuns(), []);
+  store.setRunFilter(null);
+  assert.deepEqual(store.heatmapRuns(), ["a"]);
+});
+
+test("the band: the colors' always, the flags' only once the user set it", () => {
+  const store = new Store(new Scheduler(() => {}, () => {}));
+  assert.equal(store.s.flagBand, null);
+  store.setBand({ low: 1e-5, high: 1e-1, target: 1e-3 });
+  assert.deepEqual(store.s.flagBand, { low: 1e-5, high: 1e-1, target: 1e-3 });
+  store.setBand({ low: 1e-4, high: 1e-2, target: 1e-3 }, false);
+  assert.equal(store.s.flagBand, null);
+  assert.equal(store.s.band.low, 1e-4);
 });
