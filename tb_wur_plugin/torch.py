@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -86,6 +87,11 @@ def watch(
     Raises:
       TypeError: an argument of the wrong type.
       ValueError: `every` < 1, or a parameter's tag is in the plugin's reserved namespace.
+
+    Warns:
+      UserWarning: (once per handle) the model has no parameter that requires grad, at
+        this call or at a logged step: nothing is logged for it, rather than an empty run in
+        silence. Parameters unfrozen later are logged from the next logged step.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
@@ -102,9 +108,12 @@ def watch(
     _check_writer_argument(log_dir_or_writer)
     if _rank() != 0:
         return WatchHandle(None, model, None, False, every, histograms)
-    _parameters(model)  # the tags are valid
+    entries = _parameters(model)  # the tags are valid
     writer, owned = _writer_of(log_dir_or_writer)
-    return WatchHandle(optimizer, model, writer, owned, every, histograms)
+    handle = WatchHandle(optimizer, model, writer, owned, every, histograms)
+    if not entries:
+        handle._nothing_to_log(stacklevel=3)  # the caller's line
+    return handle
 
 
 class _Entry(NamedTuple):
@@ -135,6 +144,7 @@ class WatchHandle:
         self._histograms = histograms
         self._next = 0  # the next step to log
         self._pending: _Pending | None = None
+        self._warned_nothing = False
         self._hooks = []
         if optimizer is not None:
             self._hooks = [
@@ -168,6 +178,19 @@ class WatchHandle:
     def __exit__(self, *exc) -> None:
         self.remove()
 
+    def _nothing_to_log(self, stacklevel: int = 2) -> None:
+        """Warn, once per handle, that the model has no parameter to log."""
+        if self._warned_nothing:
+            return
+        self._warned_nothing = True
+        warnings.warn(
+            "tb_wur_plugin.torch.watch: the model has no parameter that requires grad (all "
+            "frozen, requires_grad=False, or none at all), so no ratio is logged until one "
+            "does",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
     # --- hooks ---------------------------------------------------------------------------
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
@@ -192,6 +215,7 @@ class WatchHandle:
         self._next = step + self._every
         entries = _parameters(self._model)
         if not entries:
+            self._nothing_to_log()
             return
         self._write(
             step,
@@ -207,6 +231,7 @@ class WatchHandle:
         self._next = step + self._every
         entries = _parameters(self._model)
         if not entries:
+            self._nothing_to_log()
             return
         with torch.no_grad():
             before = torch_math.copies([e.tensor for e in entries])

@@ -394,6 +394,28 @@ def test_other_ranks_do_nothing(tmp_path, monkeypatch):
     assert not optimizer._optimizer_step_pre_hooks
 
 
+def test_a_model_with_no_parameter_to_log_warns_once(tmp_path, recwarn):
+    """All parameters frozen, or none: one UserWarning (at the `watch` call) instead of a
+    silently empty run (issue 23); a parameter unfrozen later is logged."""
+    model = torch.nn.Linear(2, 1)
+    model.requires_grad_(False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    writer = Capture(str(tmp_path / "run"))
+    with pytest.warns(UserWarning, match="no parameter that requires grad") as caught:
+        handle = wur_torch.watch(optimizer, model, writer, every=1)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    for _ in range(3):
+        optimizer.step()
+    assert not writer.ratios and not recwarn.list  # once per handle
+    model.weight.requires_grad_(True)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    handle.remove()
+    assert list(writer.ratios) == [3] and list(writer.ratios[3]) == ["weight"]
+    with pytest.warns(UserWarning, match="no parameter that requires grad"):
+        wur_torch.watch(optimizer, torch.nn.ReLU(), str(tmp_path / "relu")).remove()
+
+
 def test_bad_arguments(tmp_path):
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
