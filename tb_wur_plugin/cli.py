@@ -58,17 +58,22 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = commands.add_parser(
         "report", help="per-layer weight-update ratio report of a logdir",
-        description="Per run and layer: logged steps, median and last ratio, steps above and "
-        "below the band, non-finite steps, whether the layer is flagged (as in the tab), and "
-        "a suggested learning rate.",
+        description="Per run and layer: logged and skipped steps, median and last ratio, steps "
+        "above and below the band, non-finite steps, whether the layer is flagged (as in the "
+        "tab: the default judgement, and the band rule with --low/--high), why in one line, "
+        "and a suggested learning rate.",
     )
     p.add_argument("logdir", metavar="LOGDIR")
     p.add_argument("--run", type=_regex, default=None, metavar="REGEX",
                    help="only runs whose name re.search-es REGEX")
-    p.add_argument("--low", type=_positive_float, default=DEFAULT_BAND[0])
-    p.add_argument("--high", type=_positive_float, default=DEFAULT_BAND[1])
+    p.add_argument("--low", type=_positive_float, default=None,
+                   help="an explicit band's low edge: adds the band rule (below_band) to the "
+                   f"default judgement (default with --high only: {DEFAULT_BAND[0]:g})")
+    p.add_argument("--high", type=_positive_float, default=None,
+                   help="an explicit band's high edge: adds the band rule (above_band) "
+                   f"(default with --low only: {DEFAULT_BAND[1]:g})")
     p.add_argument("--patience", type=_positive_int, default=flags.DEFAULT_PATIENCE,
-                   help="consecutive judged out-of-band steps that flag a layer")
+                   help="judged steps in a row that make a finding flag a layer")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on-flags", action="store_true",
                    help="exit with status 1 when any selected layer is flagged")
@@ -87,9 +92,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # bad arguments: usage and reason on stderr, status 2
-    if not args.low < args.high:
-        print(f"tb-wur report: --low ({args.low:g}) must be below --high ({args.high:g})",
-              file=sys.stderr)
+    try:
+        flags.band_of(args.low, args.high)
+    except ValueError as e:
+        print(f"tb-wur report: --{e}", file=sys.stderr)  # "--low (..) must be below high (..)"
         return EXIT_ERROR
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
     from tb_wur_plugin.read import report

@@ -94,6 +94,12 @@ def log_update_ratios(
 
     Returns:
       True if written.
+
+    Raises:
+      ValueError: on a step to log, `params` has no floating-point leaf (as
+        `SummaryWriter.add_ratios` refuses an empty mapping), or `params` and `updates` do
+        not have the same structure and shapes; `every` is not a positive int.
+      TypeError: `writer` is not a `SummaryWriter`.
     """
     step = operator.index(step)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -103,13 +109,18 @@ def log_update_ratios(
     if not isinstance(writer, SummaryWriter):
         raise TypeError(f"writer must be a tb_wur_plugin.writer.SummaryWriter, got {writer!r}")
     tags, (p_leaves, u_leaves), about = _flattened(params, updates)
-    if not tags:
-        return False
+    if not tags:  # a caller's mistake (say, an empty trainable subtree): no empty run
+        raise ValueError(
+            "log_update_ratios: params has no floating-point leaf (integer leaves are left "
+            "out), so there is no ratio to log; pass the trainable parameters and their "
+            "updates"
+        )
     ratios = jax_math.ratios(p_leaves, u_leaves)
     writer.add_ratios(
         dict(zip(tags, map(float, ratios))),
         step,
         descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
+        shapes={tag: info[0] for tag, info in zip(tags, about)},
     )
     if histograms:
         counts = np.asarray(jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves)))

@@ -6,6 +6,12 @@ Series kinds (``kind`` in the plugin content, a JSON object):
 - ``ratio``: one layer's weight-update ratio ‖Δw‖₂ / ‖w‖₂, a float32 scalar per step
   (``DATA_CLASS_SCALAR``). Its tag is the layer's tag (the variable path). ``index``, when
   present, is the layer's position among the variables written together (model order).
+  ``shape``, when present, is the variable's shape, a list of non-negative ints (``[]`` for
+  a scalar): the reader's judgement compares a layer with the run's other layers of the same
+  kind (`layer_kind`: matrices, with two or more dimensions, and vectors). Optional, so that
+  the ratio kind is still written as version 1 and older readers read it; a series without it
+  (written before it existed) falls back to the shape in its description
+  (`shape_from_description`), else its kind is unknown.
 - ``histogram``: the layer's elementwise ratios |Δw_i| / |w_i| bucketed on the fixed
   edges below, ``NUM_BUCKETS`` counts per step (``DATA_CLASS_TENSOR``), stored as either
   (each step's tensor says which, by its dtype; `decode_histogram` reads both):
@@ -59,6 +65,7 @@ Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -202,10 +209,12 @@ def create_summary_metadata(
     index: int | None = None,
     series: str | None = None,
     histogram_version: int | None = None,
+    shape: Sequence[int] | None = None,
 ) -> summary_pb2.SummaryMetadata:
     """A `SummaryMetadata` for a series of the given kind, with its data class set.
 
     `index`: the layer's position among the variables written together (model order).
+    `shape`: for ``KIND_RATIO`` (refused elsewhere), the variable's shape (non-negative ints).
     `series`: for ``KIND_LINE_SEARCH`` (required there, refused elsewhere), which one of
     `LINE_SEARCH_SERIES`.
     `histogram_version`: for ``KIND_HISTOGRAM``, the version its values are written in (1:
@@ -221,6 +230,10 @@ def create_summary_metadata(
     content: dict[str, Any] = {"version": version, "kind": kind}
     if index is not None:
         content["index"] = index
+    if shape is not None:
+        if kind != KIND_RATIO:
+            raise ValueError(f"shape= is only for kind {KIND_RATIO!r}, not {kind!r}")
+        content["shape"] = checked_shape(shape)
     if kind == KIND_LINE_SEARCH:
         if series not in LINE_SEARCH_SERIES:
             raise ValueError(
@@ -274,9 +287,51 @@ def parse_plugin_content(content: bytes) -> dict[str, Any]:
     index = parsed.get("index")
     if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
         raise ValueError(f"wur plugin content has a bad index: {index!r}")
+    if parsed.get("shape") is not None:
+        try:
+            parsed["shape"] = checked_shape(parsed["shape"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"wur plugin content has a bad shape: {e}") from None
     if parsed["kind"] == KIND_LINE_SEARCH and parsed.get("series") not in LINE_SEARCH_SERIES:
         raise ValueError(f"wur line-search content has a bad series: {parsed.get('series')!r}")
     return parsed
+
+
+def checked_shape(shape: Any) -> list[int]:
+    """`shape` (a sequence of non-negative ints) as a list of Python ints.
+
+    Raises:
+      TypeError: `shape` is not a sequence of integers.
+      ValueError: a dimension is negative.
+    """
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        try:
+            shape = list(shape)  # e.g. a torch.Size, a TensorShape's as_list()
+        except TypeError:
+            raise TypeError(f"a shape is a sequence of ints, got {shape!r}") from None
+    dims = []
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"a shape's dimensions are ints, got {d!r} in {list(shape)!r}")
+        if d < 0:
+            raise ValueError(f"a shape's dimensions are non-negative, got {list(shape)!r}")
+        dims.append(int(d))
+    return dims
+
+
+# A layer's kind for the reader's judgement: its peers are the run's layers of the same kind.
+LAYER_MATRIX = "matrix"  # two or more dimensions: kernels, embeddings, convolutions
+LAYER_VECTOR = "vector"  # fewer: biases, normalization scales and offsets
+LAYER_UNKNOWN = "unknown"  # no shape known (a run written without one)
+LAYER_KINDS = (LAYER_MATRIX, LAYER_VECTOR, LAYER_UNKNOWN)
+
+
+def layer_kind(shape: Sequence[int] | None) -> str:
+    """`LAYER_MATRIX` for a shape of two or more dimensions, `LAYER_VECTOR` for fewer,
+    `LAYER_UNKNOWN` for None."""
+    if shape is None:
+        return LAYER_UNKNOWN
+    return LAYER_MATRIX if len(shape) >= 2 else LAYER_VECTOR
 
 
 def histogram_version_of(summary_metadata: summary_pb2.SummaryMetadata) -> int:
@@ -355,6 +410,20 @@ def histogram_description(
 
 def _about(shape: Sequence[int] | None, dtype: str | None) -> str:
     return "" if shape is None else f": shape {[int(d) for d in shape]}, {dtype}"
+
+
+_DESCRIBED_SHAPE = re.compile(r": shape \[((?:\d+(?:, )?)*)\], [^,]*$")
+
+
+def shape_from_description(description: str | None) -> list[int] | None:
+    """The shape a `ratio_description` names (the only place writers before the plugin
+    content's ``shape`` put it); None when the description names none."""
+    if not description:
+        return None
+    match = _DESCRIBED_SHAPE.search(description)
+    if match is None:
+        return None
+    return [int(d) for d in match.group(1).split(", ") if d]
 
 
 _LINE_SEARCH_DESCRIPTIONS = {

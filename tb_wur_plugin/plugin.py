@@ -21,7 +21,7 @@ from werkzeug import wrappers
 from tb_wur_plugin.read import compare, export, flags, heatmap, heatmap_wire, run_data, suggest
 from tb_wur_plugin import metadata
 from tb_wur_plugin.read.argument_values import shown
-from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_SAMPLES_PER_TAG
 from tb_wur_plugin.web.http_args import (
     choice_arg,
     int_arg,
@@ -116,10 +116,12 @@ class WURPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_flags(self, request):
         ctx, experiment = request_context(request)
-        low = ratio_arg(request, "low", DEFAULT_BAND[0])
-        high = ratio_arg(request, "high", DEFAULT_BAND[1])
-        if not low < high:
-            raise errors.InvalidArgumentError(f"low ({low}) must be below high ({high})")
+        low = ratio_arg(request, "low", None)  # neither: the default judgement
+        high = ratio_arg(request, "high", None)
+        try:
+            flags.band_of(low, high)
+        except ValueError as e:
+            raise errors.InvalidArgumentError(str(e)) from None
         patience = int_arg(request, "patience", flags.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
         body = self.flags_impl(ctx, experiment, str_arg(request, "run"), low, high, patience)
         return http_util.Respond(request, body, "application/json")
@@ -292,18 +294,27 @@ class WURPlugin(base_plugin.TBPlugin):
         return heatmap_wire.pack(header, arrays)
 
     def flags_impl(
-        self, ctx: tb_context.RequestContext, experiment: str, run: str, low: float,
-        high: float, patience: int = flags.DEFAULT_PATIENCE,
+        self, ctx: tb_context.RequestContext, experiment: str, run: str,
+        low: float | None = None, high: float | None = None,
+        patience: int = flags.DEFAULT_PATIENCE,
     ) -> dict:
-        """The layers of `run` the flag rule (flags.py) flags for [low, high] and
-        `patience`, layers with a NaN first, then by the step they were flagged since."""
+        """The layers of `run` the judgement (flags.py) flags for `patience`: the default
+        judgement, and with an explicit band (`low` and/or `high`; the missing edge the
+        default band's) the band rule too; layers with a NaN first, then by the step they
+        were flagged since. `low`/`high` in the answer: the band judged against, both None
+        for the default judgement."""
+        band = flags.band_of(low, high)
+        scalars = self._data.list_scalars(ctx, experiment, [run])
         (matrix,) = self._matrices(ctx, experiment, [run])
+        kinds = run_data.layer_kinds(run_data.RunListing.of(scalars.get(run, {})), matrix.tags)
         return {
             "run": run,
-            "low": low,
-            "high": high,
+            "low": band[0] if band else None,
+            "high": band[1] if band else None,
             "patience": patience,
-            "layers": flags.flag_layers(matrix, low, high, patience),
+            "layers": json_util.Cleanse(
+                flags.flag_layers(matrix, *(band or (None, None)), patience, kinds)
+            ),
         }
 
     def series_impl(
@@ -441,6 +452,8 @@ class WURPlugin(base_plugin.TBPlugin):
             "run": run,
             "target": target,
             "last": last,
+            "formula": suggest.FORMULA,
+            "assumes": suggest.ASSUMES,
             "has_learning_rate": learning_rate is not None,
             "layers": suggest.suggested_learning_rates(matrix, learning_rate, target, last),
         }

@@ -272,6 +272,7 @@ class WatchHandle:
             {e.tag: float(r) for e, r in zip(entries, ratios)},
             step,
             descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
+            shapes={e.tag: e.shape for e in entries},
         )
         if counts is not None:
             writer.add_histograms(

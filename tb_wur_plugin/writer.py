@@ -125,6 +125,7 @@ class SummaryWriter:
         skipped: bool | None = None,
         descriptions: Mapping[str, str] | None = None,
         wall_time: float | None = None,
+        shapes: Mapping[str, Any] | None = None,
     ) -> None:
         """Write one step's weight-update ratios ‖Δw‖₂ / ‖w‖₂, one per layer, and the
         skipped-step marker, as one event (as `watch` writes them).
@@ -141,11 +142,16 @@ class SummaryWriter:
           descriptions: optional {tag: description} shown with the series; default
             `metadata.ratio_description(tag)`.
           wall_time: the event's time (seconds since the epoch); default now.
+          shapes: optional {tag: the variable's shape (a sequence of ints)}, written in the
+            series' metadata (`metadata.create_summary_metadata`'s `shape`): the report and
+            the tab compare a layer with the run's other layers of its kind (matrices,
+            vectors); a layer without one is of unknown kind.
 
         Raises:
-          TypeError: a tag is not a str, a ratio not a real number, `step` not an integer.
+          TypeError: a tag is not a str, a ratio not a real number, `step` not an integer,
+            `shapes` not a mapping of sequences of ints.
           ValueError: `ratios` is empty, a tag is empty or reserved (starts with "_wur/"),
-            a ratio is not a scalar.
+            a ratio is not a scalar, a shape has a negative dimension.
           RuntimeError: the writer is closed.
         """
         step = _check_step(step)
@@ -156,8 +162,10 @@ class SummaryWriter:
         elif not isinstance(skipped, (bool, np.bool_)):
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
         describe = _describer(descriptions, metadata.ratio_description)
+        shape_of = _shapes(shapes)
         parts = [
-            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, to_stored_scalar(value))
+            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, to_stored_scalar(value),
+                         shape_of(tag))
             for index, (tag, value) in enumerate(values)
         ]
         parts.append(self._scalar(
@@ -266,16 +274,17 @@ class SummaryWriter:
     # --- internals ----------------------------------------------------------------------
 
     def _scalar(self, tag: str, kind: str, description: str | None, index: int | None,
-                value: np.float32) -> bytes:
+                value: np.float32, shape: tuple[int, ...] | None = None) -> bytes:
         """The `Summary.value` entry of a float32 scalar, as `watch` writes it: TensorProto
         {DT_FLOAT, shape [], float_val [value]} (its constant prefix cached by tag), with
         the tag's metadata the first time this file holds the tag."""
         first = tag not in self._described
-        key = (tag, kind, description, index, first)
+        key = (tag, kind, description, index, first, shape)
         prefix = self._prefixes.get(key)
         if prefix is None:
             summary_metadata = (
-                metadata.create_summary_metadata(kind, description, index) if first else None
+                metadata.create_summary_metadata(kind, description, index, shape=shape)
+                if first else None
             )
             prefix = self._cache(key, value_prefix(tag, summary_metadata, _SCALAR_FIELDS, 4))
         return prefix + struct.pack("<f", value)
@@ -453,6 +462,25 @@ def _describer(descriptions: Mapping[str, str] | None, default: Callable[[str], 
         return text
 
     return describe
+
+
+def _shapes(shapes: Mapping[str, Any] | None) -> Callable[[str], tuple[int, ...] | None]:
+    """{tag: shape} checked, as a lookup (None for a tag it does not name)."""
+    if shapes is None:
+        return lambda tag: None
+    if not isinstance(shapes, Mapping):
+        raise TypeError(f"shapes must be a mapping {{tag: shape}}, got {shapes!r}")
+
+    def shape_of(tag: str) -> tuple[int, ...] | None:
+        shape = shapes.get(tag)
+        if shape is None:
+            return None
+        try:
+            return tuple(metadata.checked_shape(shape))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"the shape of {tag!r}: {e}") from None
+
+    return shape_of
 
 
 def _real_scalar(value: Any, what: str) -> float:

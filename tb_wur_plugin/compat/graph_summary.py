@@ -41,7 +41,8 @@ def ratio_summary(
         _tensor_summary(
             w.tag, value,
             metadata.create_summary_metadata(
-                metadata.KIND_RATIO, metadata.ratio_description(*about), index
+                metadata.KIND_RATIO, metadata.ratio_description(*about), index,
+                shape=about[1] if None not in about[1] else None,
             ),
         )
         for index, (w, value, about) in enumerate(zip(watched, stored, abouts))

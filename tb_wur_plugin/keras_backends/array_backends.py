@@ -79,6 +79,7 @@ class Logger:
             {w.tag: float(r) for w, r in zip(watched, ratios)},
             step,
             descriptions={tag: ratio_description(tag, shape, dtype) for tag, shape, dtype in about},
+            shapes={tag: shape for tag, shape, _ in about},
         )
         if counts is not None:
             self._writer.add_histograms(

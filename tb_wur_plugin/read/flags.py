@@ -1,167 +1,387 @@
-"""The flag rule: which layers of a run are flagged, since when and why, and the per-layer
-numbers the headless report prints. Pure numpy. The tab (`/flags`) and `tb-wur report` both
-call `judge_layers`, so that they flag the same layers for the same settings.
+"""The judgement: which layers of a run are flagged, since which step and why, in one line of
+English each, and the per-layer numbers the headless report prints. Pure numpy. The tab
+(`/flags`) and `tb-wur report` both call `judge_layers`, so that they flag the same layers
+with the same reasons, counts and words for the same settings.
 
-A layer is flagged when it has (the contract's rule):
-- NaN (or a negative value, which is no ratio) at any logged step: reason ``"nan"``;
-- +inf after its first logged step (at the first one it is expected: a zero-initialised
-  weight that moves at its first update): reason ``"inf"``. Skipped steps (ratios all 0 by
-  design) are no update, so "its first logged step" is its first judged one: a run whose
-  first steps were skipped (a loss scale settling) is not flagged for the +inf of its first
-  applied update;
-- a finite ratio out of the band [low, high] at `patience` consecutive judged steps (a
-  *streak*): reason ``"above"`` or ``"below"`` (``"outside"`` when its steps lie on both
-  sides). Judged steps are the logged steps the optimizer did not skip (the skipped-step
-  marker); skipped and non-finite steps neither extend nor break a streak. 0 is below.
-`since` is the earliest step of these findings (for a streak, its first step), `reason`
-the finding at `since` (on a tie: nan, then inf, then the streak).
+Judged steps are the logged steps the optimizer did not skip (the skipped-step marker: every
+ratio 0 by design). A *streak* is a run of consecutive judged steps at which a condition
+holds; steps at which the condition cannot be judged (a non-finite ratio; for the peer rules,
+too few peers; for `not_moving`, a run that is not moving as a whole) neither extend nor
+break it. `patience` (>= 1) is the streak length that flags.
+
+The default judgement (no band given) flags only what is a defect whatever the optimizer
+(docs/report.md says why each threshold is where it is, and what the corpus of real runs in
+tests/judgement_corpus.py showed):
+
+- ``nan``: NaN (or a negative value, which is no ratio) at any logged step;
+- ``inf``: +inf at a judged step after the layer first moved (+inf means ‖w‖ was exactly 0:
+  expected once, when a zero-initialised weight first moves);
+- ``not_moving``: a ratio below `NOT_MOVING_BELOW` (0: the weights did not move at all) at
+  `patience` judged steps in a row at which the run's other layers do move (their median
+  ratio at least `RUN_MOVING_FROM`; a run that stops as a whole has converged, or skipped);
+- ``too_fast``: a ratio of at least `TOO_FAST_FROM` (updates half as large as the weights
+  themselves) at `patience` judged steps in a row;
+- ``slow_outlier`` / ``fast_outlier``: a ratio `OUTLIER_FACTOR` times below / above the
+  median of its peers at `patience` judged steps in a row. Peers: the run's other layers of
+  the same kind at the same step (`metadata.layer_kind`: matrices, two or more dimensions;
+  vectors: biases and normalization parameters), judged, with a finite positive ratio; at
+  least `MIN_PEERS` of them, whose median is at least `RUN_MOVING_FROM` (below it a run has
+  converged and float32 rounding dominates the ratios); a fast outlier's own ratio is at least
+  `FAST_OUTLIER_FROM`. Layers of unknown kind (a run written before shapes were recorded)
+  are all each other's peers.
+
+An explicit band (either edge given) adds the band rule on top: a finite ratio out of
+[low, high] at `patience` judged steps in a row: ``below_band`` or ``above_band`` (a streak
+with steps on both sides is named by the side of its first step; 0 is below).
+
+`since` is a step, the earliest of the findings (for a streak its first step), and `reason`
+the finding at `since` (on a tie, the first in REASONS).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tb_wur_plugin import metadata
 from tb_wur_plugin.read.heatmap import RunMatrix
+from tb_wur_plugin.read.settings import DEFAULT_BAND
 
 DEFAULT_PATIENCE = 5
-REASONS = ("nan", "inf", "above", "below", "outside")
+REASONS = (
+    "nan", "inf", "not_moving", "too_fast", "slow_outlier", "fast_outlier", "below_band",
+    "above_band",
+)
+# The reasons of the default judgement; the band rule's come on top with an explicit band.
+DEFAULT_REASONS = REASONS[:6]
+
+# --- the default judgement's thresholds (docs/report.md: why, and what the corpus showed) ---
+# A ratio below this is no real movement (an update below float32's resolution of the weights
+# leaves them as they were: the ratio is then exactly 0).
+NOT_MOVING_BELOW = 1e-9
+# The run's other layers move when their median ratio at a step is at least this; the peers'
+# median must be at least this for the outlier rules.
+RUN_MOVING_FROM = 1e-6
+# Updates at least half the weights' norm, sustained, are too fast whatever the optimizer.
+TOO_FAST_FROM = 0.5
+# An outlier is this many times below (slow) or above (fast) the median of its peers.
+SLOW_OUTLIER_FACTOR = 150.0
+FAST_OUTLIER_FACTOR = 40.0
+# A fast outlier's own ratio is at least this (a layer still moving when the rest of a run has
+# converged is no defect).
+FAST_OUTLIER_FROM = 1e-3
+# Peers needed to call a layer an outlier (with one, which of the two is odd is unknown).
+MIN_PEERS = 2
 
 # The fields of a layer that the report prints (docs/report.md), in order.
 REPORT_FIELDS = (
     "tag", "logged_steps", "median", "last", "above", "below", "nonfinite", "flagged", "since",
 )
+# What /flags answers per flagged layer besides `tag`, `reason`, `since` and `text`.
+COUNT_FIELDS = ("steps_in_a_row", "steps_in_total", "judged_steps", "skipped_steps")
 
 
-def judge_layers(matrix: RunMatrix, low: float, high: float, patience: int) -> list[dict]:
-    """Every layer of `matrix` judged by the flag rule, in the matrix's (model) order.
+def band_of(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """The explicit band of a request: None when neither edge is given (the default
+    judgement); else (low, high), a missing edge from settings.DEFAULT_BAND.
+
+    Raises:
+        ValueError: low is not below high.
+    """
+    if low is None and high is None:
+        return None
+    low = DEFAULT_BAND[0] if low is None else low
+    high = DEFAULT_BAND[1] if high is None else high
+    if not low < high:
+        raise ValueError(f"low ({low:g}) must be below high ({high:g})")
+    return low, high
+
+
+def judge_layers(
+    matrix: RunMatrix,
+    low: float | None = None,
+    high: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    kinds: list[str] | tuple[str, ...] | None = None,
+) -> list[dict]:
+    """Every layer of `matrix` judged (module docstring), in the matrix's (model) order.
 
     Args:
         matrix: the run's ratios.
-        low: the lower edge of the band (a finite ratio below it is out of band; 0 is).
-        high: the upper edge of the band (a finite ratio above it is out of band).
-        patience: consecutive out-of-band judged steps that flag a layer (>= 1).
+        low, high: the band's edges; both None: the default judgement only; else the band
+            rule too, a missing edge from settings.DEFAULT_BAND.
+        patience: judged steps in a row that make a streak flag (>= 1).
+        kinds: each row's layer kind (metadata.LAYER_KINDS), e.g. from run_data.layer_kinds;
+            None: all unknown.
 
     Returns:
         One dict per layer with the keys of REPORT_FIELDS (median over the finite ratios of
         judged steps, None if none; last: the ratio at the last logged step; above/below:
-        judged steps with a finite ratio > high / < low; nonfinite: logged steps with NaN or
-        ±inf) and reason (one of REASONS, None when not flagged), skipped_steps,
-        out_of_band_fraction (above + below over the judged steps), first_out_of_band_step, last_out_of_band_step, nan_steps, first_nan_step,
-        inf_steps, first_inf_step, nan_since, inf_since, streak_since, streak_length (the
-        whole streak holding streak_since; 0 when there is none).
+        judged steps with a finite ratio > high / < low of the band, the default band when
+        none is given; nonfinite: logged steps with NaN or ±inf), and reason (one of
+        REASONS, None when not flagged), text (one line of English, None when not flagged),
+        kind, judged_steps, skipped_steps, steps_in_a_row (the streak of the finding at
+        `since`; None for nan and inf), steps_in_total (judged steps at which the finding's
+        condition held; for nan, logged steps), nan_steps, inf_steps, the since of each
+        finding (``<reason>_since``, None when absent), streak_since and streak_length (of
+        the band rule; None and 0 without a band).
     """
-    if patience < 1:
-        raise ValueError(f"patience must be at least 1, got {patience}")
+    if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
+        raise ValueError(f"patience must be an integer of at least 1, got {patience!r}")
+    band = band_of(low, high)
+    counting_band = band if band is not None else DEFAULT_BAND
+    n_layers = len(matrix.tags)
+    if kinds is None:
+        kinds = [metadata.LAYER_UNKNOWN] * n_layers
+    kinds = list(kinds)
+    if len(kinds) != n_layers:
+        raise ValueError(f"kinds names {len(kinds)} layers, the matrix has {n_layers}")
+    for k in kinds:
+        if k not in metadata.LAYER_KINDS:
+            raise ValueError(f"unknown layer kind {k!r}; expected one of {metadata.LAYER_KINDS}")
+
     v, p = matrix.values, matrix.present
     skipped = p & matrix.skipped_mask
     judged = p & ~skipped
     with np.errstate(invalid="ignore"):
-        finite_all = p & np.isfinite(v)
-        finite = judged & finite_all
-        below = finite & (v < low)
-        above = finite & (v > high)
+        finite = judged & np.isfinite(v)
+        positive = finite & (v > 0)
         broken = p & ~(v >= 0)  # NaN or negative
         infinite = p & (v == np.inf)
         nonfinite = p & ~np.isfinite(v)
-    out = below | above
+        below = finite & (v < counting_band[0])
+        above = finite & (v > counting_band[1])
+    log_v = np.where(positive, np.log10(np.where(positive, v, 1.0)), np.nan)
     steps = matrix.steps
+
+    # the run moves at a step when another layer's ratio is at least RUN_MOVING_FROM
+    run_moving = _leave_one_out_max(np.where(finite, v, np.nan)) >= RUN_MOVING_FROM
+    # a layer grows from zero when the first update that moved it found it at exactly 0
+    # (+inf): its ratio then falls as 1/k whatever its learning rate
+    from_zero = []
+    for row in range(n_layers):
+        moved = np.flatnonzero(judged[row] & (v[row] > 0))  # NaN compares False
+        from_zero.append(bool(len(moved)) and v[row, moved[0]] == np.inf)
+    groups = [(k, z) for k, z in zip(kinds, from_zero)]
+    # the peers' median of log10 ratio, per layer and step (NaN: too few peers)
+    peer_log = np.full(v.shape, np.nan)
+    for group in set(groups):
+        rows = [i for i, g in enumerate(groups) if g == group]
+        peer_log[rows] = _leave_one_out_median(log_v[rows], min_others=MIN_PEERS)
+    with np.errstate(invalid="ignore"):
+        peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
+        gap = log_v - peer_log  # log10 of ratio / peers' median
+        slow = peers_ok & (gap <= -np.log10(SLOW_OUTLIER_FACTOR))
+        fast = peers_ok & (gap >= np.log10(FAST_OUTLIER_FACTOR)) & (v >= FAST_OUTLIER_FROM)
+        still = finite & (v < NOT_MOVING_BELOW)
+        too_fast = finite & (v >= TOO_FAST_FROM)
+
     layers = []
     for row, tag in enumerate(matrix.tags):
         logged_cols = np.flatnonzero(p[row])
-        judged_cols = np.flatnonzero(judged[row])
-        # the layer's first update: its first logged step the optimizer did not skip
-        first_col = judged_cols[0] if len(judged_cols) else len(steps)
         n_judged = int(judged[row].sum())
         finite_values = v[row, finite[row]]
-        nan_since = _first(steps[broken[row]])
+        moved = np.flatnonzero(judged[row] & (v[row] > 0))  # NaN compares False
         inf_after = infinite[row].copy()
-        inf_after[: first_col + 1] = False
-        inf_since = _first(steps[inf_after])
-        streak_since, streak_length, streak_reason = _streak(
-            steps, finite[row], out[row], above[row], below[row], patience
-        )
-        findings = [
-            (s, order, reason)
-            for order, (s, reason) in enumerate(
-                [(nan_since, "nan"), (inf_since, "inf"), (streak_since, streak_reason)]
-            )
-            if s is not None
+        inf_after[: (moved[0] + 1) if len(moved) else len(steps)] = False
+        findings: dict[str, dict] = {}
+        nan_cols = np.flatnonzero(broken[row])
+        if len(nan_cols):
+            findings["nan"] = {"cols": nan_cols, "in_a_row": None, "total": len(nan_cols)}
+        inf_cols = np.flatnonzero(inf_after)
+        if len(inf_cols):
+            findings["inf"] = {"cols": inf_cols, "in_a_row": None, "total": len(inf_cols)}
+        streak_rules = [
+            ("not_moving", finite[row] & run_moving[row], still[row]),
+            ("too_fast", finite[row], too_fast[row]),
+            ("slow_outlier", peers_ok[row], slow[row]),
+            ("fast_outlier", peers_ok[row], fast[row]),
         ]
-        since, _, reason = min(findings) if findings else (None, None, None)
-        out_steps = steps[out[row]]
-        layers.append(
-            {
-                "tag": tag,
-                "logged_steps": len(logged_cols),
-                "median": float(np.median(finite_values)) if len(finite_values) else None,
-                "last": float(v[row, logged_cols[-1]]) if len(logged_cols) else None,
-                "above": int(above[row].sum()),
-                "below": int(below[row].sum()),
-                "nonfinite": int(nonfinite[row].sum()),
-                "flagged": since is not None,
-                "since": since,
-                "reason": reason,
-                "skipped_steps": int(skipped[row].sum()),
-                "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
-                "first_out_of_band_step": _first(out_steps),
-                "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
-                "nan_steps": int(broken[row].sum()),
-                "first_nan_step": nan_since,
-                "inf_steps": int(infinite[row].sum()),
-                "first_inf_step": _first(steps[infinite[row]]),
-                "nan_since": nan_since,
-                "inf_since": inf_since,
-                "streak_since": streak_since,
-                "streak_length": streak_length,
-            }
-        )
+        if band is not None:
+            out = below[row] | above[row]
+            streak_rules.append(("band", finite[row], out))
+        streak_since, streak_length = None, 0
+        for name, evaluable, hit in streak_rules:
+            cols = _streak(evaluable, hit, patience)
+            if cols is None:
+                continue
+            if name == "band":
+                name = "above_band" if above[row, cols[0]] else "below_band"
+                streak_since, streak_length = int(steps[cols[0]]), len(cols)
+                hit_total = int((below[row] | above[row]).sum())
+            else:
+                hit_total = int(hit.sum())
+            findings[name] = {"cols": cols, "in_a_row": len(cols), "total": hit_total}
+        since = reason = None
+        if findings:
+            reason = min(findings, key=lambda r: (steps[findings[r]["cols"][0]], REASONS.index(r)))
+            since = int(steps[findings[reason]["cols"][0]])
+        finding = findings.get(reason)
+        layer = {
+            "tag": tag,
+            "logged_steps": len(logged_cols),
+            "median": float(np.median(finite_values)) if len(finite_values) else None,
+            "last": float(v[row, logged_cols[-1]]) if len(logged_cols) else None,
+            "above": int(above[row].sum()),
+            "below": int(below[row].sum()),
+            "nonfinite": int(nonfinite[row].sum()),
+            "flagged": since is not None,
+            "since": since,
+            "reason": reason,
+            "text": None,
+            "kind": kinds[row],
+            "judged_steps": n_judged,
+            "skipped_steps": int(skipped[row].sum()),
+            "steps_in_a_row": finding["in_a_row"] if finding else None,
+            "steps_in_total": finding["total"] if finding else None,
+            "nan_steps": int(broken[row].sum()),
+            "inf_steps": int(infinite[row].sum()),
+            "streak_since": streak_since,
+            "streak_length": streak_length,
+        }
+        for name in REASONS:
+            f = findings.get(name)
+            layer[f"{name}_since"] = int(steps[f["cols"][0]]) if f else None
+        if finding is not None:
+            cols = finding["cols"]
+            layer["text"] = _text(
+                reason, since, finding, v[row, cols], gap[row, cols], band, kinds[row]
+            )
+        layers.append(layer)
     return layers
 
 
 def flag_layers(
-    matrix: RunMatrix, low: float, high: float, patience: int = DEFAULT_PATIENCE
+    matrix: RunMatrix,
+    low: float | None = None,
+    high: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    kinds: list[str] | tuple[str, ...] | None = None,
 ) -> list[dict]:
-    """The flagged layers of `matrix` (see `judge_layers`), in `flag_order`.
-
-    Each dict has the keys of `judge_layers` but `flagged` (always true here), plus
-    below_steps and above_steps (= below and above, the names the tab has read since before
-    the report).
-    """
-    flagged = []
-    for layer in judge_layers(matrix, low, high, patience):
-        if layer["flagged"]:
-            layer = dict(layer, below_steps=layer["below"], above_steps=layer["above"])
-            del layer["flagged"]
-            flagged.append(layer)
-    return sorted(flagged, key=flag_order)
+    """The flagged layers of `matrix` (see `judge_layers`), in `flag_order`, as `/flags`
+    lists them: tag, reason, since, text and the COUNT_FIELDS."""
+    flagged = [l for l in judge_layers(matrix, low, high, patience, kinds) if l["flagged"]]
+    return [
+        {"tag": l["tag"], "reason": l["reason"], "since": l["since"], "text": l["text"],
+         **{k: l[k] for k in COUNT_FIELDS}}
+        for l in sorted(flagged, key=flag_order)
+    ]
 
 
 def flag_order(layer: dict) -> tuple:
-    """Sort key of flagged layers: layers with a NaN first, then by `since`, then by tag."""
-    return (layer["nan_steps"] == 0, layer["since"], layer["tag"])
+    """Sort key of flagged layers: NaN first, then by `since`, then by tag."""
+    return (layer["reason"] != "nan", layer["since"], layer["tag"])
 
 
-def _streak(
-    steps: np.ndarray, finite: np.ndarray, out: np.ndarray, above: np.ndarray,
-    below: np.ndarray, patience: int,
-) -> tuple[int | None, int, str | None]:
-    """(first step, length, reason) of the first streak of at least `patience` out-of-band
-    steps among the judged finite steps of one layer; (None, 0, None) when there is none."""
-    columns = np.flatnonzero(finite)
-    seq = out[columns]
+# --- the words --------------------------------------------------------------------------------
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _factor(log10_gap: np.ndarray) -> str:
+    factor = 10.0 ** float(np.median(np.abs(log10_gap)))
+    return f"{factor:,.0f}" if factor >= 10 else f"{factor:.2g}"
+
+
+def _text(reason, since, finding, values, gaps, band, kind) -> str:
+    """One line of English: what, how many steps (in a row, or in total), from which step."""
+    total = finding["total"]
+    in_a_row = finding["in_a_row"]
+    streak = f"at {in_a_row} judged steps in a row from step {since}"
+    also = (
+        f" ({total} judged steps in total)" if total != in_a_row else ""
+    ) if in_a_row is not None else ""
+    peers = {
+        metadata.LAYER_MATRIX: "matrices",
+        metadata.LAYER_VECTOR: "vectors (biases, normalization parameters)",
+    }.get(kind, "layers")
+    if reason == "nan":
+        return (f"NaN: ratio NaN (the weights or their update are not finite) at {total} "
+                f"logged steps in total, first at step {since}")
+    if reason == "inf":
+        return (f"inf: ratio +inf (the weights were exactly 0 again and moved) at {total} "
+                f"judged steps in total after the layer first moved, first at step {since}")
+    if reason == "not_moving":
+        what = ("ratio 0 (did not move)" if not np.any(values > 0)
+                else f"ratio below {NOT_MOVING_BELOW:g} (no real movement; 0: did not move)")
+        return (f"not moving: {what} {streak} while the run's other layers moved{also}")
+    if reason == "too_fast":
+        return (f"too fast: ratio at least {TOO_FAST_FROM:g} (updates at least half the "
+                f"weights' norm; median {_g(float(np.median(values)))}) {streak}{also}")
+    if reason in ("slow_outlier", "fast_outlier"):
+        side = "below" if reason == "slow_outlier" else "above"
+        return (f"{reason.replace('_', ' ')}: ratio {_factor(gaps)}× {side} the median of the "
+                f"run's other {peers} (median ratio {_g(float(np.median(values)))}) "
+                f"{streak}{also}")
+    low, high = band
+    if reason == "below_band":
+        what = ("ratio 0 (did not move)" if not np.any(values > 0)
+                else f"ratio below the band's low edge {low:g} (0: did not move)")
+        return f"below band: {what} {streak}{also}"
+    return (f"above band: ratio above the band's high edge {high:g} (median "
+            f"{_g(float(np.median(values)))}) {streak}{also}")
+
+
+# --- the arithmetic ---------------------------------------------------------------------------
+
+
+def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
+    """The columns of the first run of at least `patience` hits among the `evaluable`
+    columns (non-evaluable columns neither extend nor break it); None when there is none."""
+    columns = np.flatnonzero(evaluable)
+    seq = hit[columns]
     if seq.sum() < patience:
-        return None, 0, None
+        return None
     edges = np.diff(np.concatenate([[0], seq.astype(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     long = np.flatnonzero(ends - starts >= patience)
     if not len(long):
-        return None, 0, None
-    start, end = starts[long[0]], ends[long[0]]
-    streak_columns = columns[start:end]
-    sides = (bool(above[streak_columns].any()), bool(below[streak_columns].any()))
-    reason = {(True, False): "above", (False, True): "below"}.get(sides, "outside")
-    return int(steps[streak_columns[0]]), int(end - start), reason
+        return None
+    return columns[starts[long[0]]:ends[long[0]]]
 
 
-def _first(steps: np.ndarray) -> int | None:
-    return int(steps[0]) if len(steps) else None
+def _leave_one_out_max(values: np.ndarray) -> np.ndarray:
+    """float64[L, S]: at each (i, j), the largest non-NaN value of column j in the rows other
+    than i; NaN where there is none."""
+    n_rows = values.shape[0]
+    out = np.full(values.shape, np.nan)
+    if n_rows < 2:
+        return out
+    filled = np.where(np.isnan(values), -np.inf, values)
+    order = np.argsort(-filled, axis=0, kind="stable")
+    top, second = order[0], order[1]
+    cols = np.arange(values.shape[1])
+    best = np.where(np.arange(n_rows)[:, None] == top[None, :], filled[second, cols][None, :],
+                    filled[top, cols][None, :])
+    return np.where(np.isinf(best) & (best < 0), np.nan, best)
+
+
+def _leave_one_out_median(values: np.ndarray, min_others: int = 1) -> np.ndarray:
+    """float64[L, S]: at each (i, j), the median of column j's non-NaN values in the rows
+    other than i; NaN where fewer than `min_others` of them."""
+    n_rows, n_cols = values.shape
+    out = np.full(values.shape, np.nan)
+    if n_rows < 2 or n_cols == 0:
+        return out
+    order = np.argsort(values, axis=0, kind="stable")  # NaN last
+    ranked = np.take_along_axis(values, order, axis=0)
+    count = (~np.isnan(values)).sum(axis=0)  # valid per column
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(n_rows)[:, None].repeat(n_cols, 1), axis=0)
+    valid = ~np.isnan(values)
+    # the others of a valid value: count - 1; of a NaN: count
+    others = count[None, :] - valid.astype(np.int64)
+    lo_pos = np.maximum(others - 1, 0) // 2
+    hi_pos = others // 2
+
+    def nth_other(pos):
+        # position `pos` in the sorted others: skip one's own rank when it is valid and at or
+        # before it
+        shifted = np.where(valid & (pos >= rank), pos + 1, pos)
+        return np.take_along_axis(ranked, np.minimum(shifted, n_rows - 1), axis=0)
+
+    median = (nth_other(lo_pos) + nth_other(hi_pos)) / 2
+    enough = others >= max(min_others, 1)
+    out[enough] = median[enough]
+    return out

@@ -38,8 +38,11 @@ class ReportError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    low: float = DEFAULT_BAND[0]
-    high: float = DEFAULT_BAND[1]
+    """low, high: the explicit band's edges; both None (default): the default judgement;
+    one None: that edge from settings.DEFAULT_BAND (flags.band_of)."""
+
+    low: float | None = None
+    high: float | None = None
     patience: int = flags.DEFAULT_PATIENCE
     target: float = suggest.DEFAULT_TARGET
     last: int = suggest.DEFAULT_LAST
@@ -63,6 +66,10 @@ class Logdir:
     def matrix(self, run: str) -> heatmap.RunMatrix:
         listing = run_data.RunListing.of(self.scalars.get(run, {}))
         return self.data.matrix(self._ctx, _EXPERIMENT, run, listing)
+
+    def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
+        """The layer kind of each of `tags` (run_data.layer_kinds)."""
+        return run_data.layer_kinds(run_data.RunListing.of(self.scalars.get(run, {})), tags)
 
     def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
         return self.data.learning_rate(self._ctx, _EXPERIMENT, run)
@@ -158,21 +165,33 @@ def _read(path: str) -> str:
 
 
 def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
-    """One run's report: {"run", "layers": [{REPORT_FIELDS..., "suggested_learning_rate"}]},
-    layers in model order."""
+    """One run's report: {"run", "low", "high", "patience", "layers": [{REPORT_FIELDS...,
+    "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}]}, layers
+    in model order (low/high: the explicit band, None for the default judgement)."""
+    band = flags.band_of(settings.low, settings.high)
     matrix = logdir.matrix(run)
-    judged = flags.judge_layers(matrix, settings.low, settings.high, settings.patience)
+    judged = flags.judge_layers(
+        matrix, settings.low, settings.high, settings.patience,
+        logdir.layer_kinds(run, matrix.tags),
+    )
     suggestions = suggest.suggested_learning_rates(
         matrix, logdir.learning_rate(run), settings.target, settings.last
     )
     layers = []
     for layer, suggestion in zip(judged, suggestions):
-        entry = {key: layer[key] for key in flags.REPORT_FIELDS}
+        entry = {key: layer[key] for key in _LAYER_FIELDS}
         entry["suggested_learning_rate"] = suggestion["suggested_learning_rate"]
-        entry["reason"] = layer["reason"]
-        entry["nan_steps"] = layer["nan_steps"]
         layers.append(entry)
-    return {"run": run, "layers": layers}
+    return {
+        "run": run,
+        "low": band[0] if band else None,
+        "high": band[1] if band else None,
+        "patience": settings.patience,
+        "layers": layers,
+    }
+
+
+_LAYER_FIELDS = (*flags.REPORT_FIELDS, "reason", "text", *flags.COUNT_FIELDS)
 
 
 def report(
@@ -186,6 +205,10 @@ def report(
         ReportError: no run holds ratios, the pattern selects none, or a compared run holds
             no ratios.
     """
+    try:
+        flags.band_of(settings.low, settings.high)
+    except ValueError as e:
+        raise ReportError(str(e)) from None
     runs = logdir.runs()
     if not runs:
         raise ReportError("the logdir holds no wur ratios")
@@ -218,15 +241,21 @@ def flagged_first(layers: list[dict]) -> list[dict]:
 
 # --- output --------------------------------------------------------------------------------
 
-_JSON_LAYER_FIELDS = (*flags.REPORT_FIELDS, "suggested_learning_rate")
+_JSON_LAYER_FIELDS = (*_LAYER_FIELDS, "suggested_learning_rate")
 
 
 def to_json(answer: dict) -> dict:
     """The report's JSON (docs/report.md): the contract's shape, layers in model order, plus
-    suggested_learning_rate; non-finite numbers as "NaN", "Infinity", "-Infinity"."""
+    each layer's text, counts and suggested_learning_rate, and per run the band judged
+    against (null: the default judgement) and the suggestions' assumption; non-finite
+    numbers as "NaN", "Infinity", "-Infinity"."""
     out: dict = {
         "runs": [
-            {"run": r["run"], "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]]}
+            {
+                "run": r["run"], "low": r["low"], "high": r["high"], "patience": r["patience"],
+                "suggestions_assume": suggest.ASSUMES,
+                "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]],
+            }
             for r in answer["runs"]
         ]
     }
@@ -268,22 +297,32 @@ def to_text(answer: dict, settings: Settings) -> str:
     for r in answer["runs"]:
         layers = r["layers"]
         n_flagged = sum(l["flagged"] for l in layers)
+        if r["low"] is None:
+            judgement = (f"default judgement; above/below count the band "
+                         f"[{DEFAULT_BAND[0]:g}, {DEFAULT_BAND[1]:g}]")
+        else:
+            judgement = f"band [{r['low']:g}, {r['high']:g}]"
         lines.append(
             f"run {r['run']}: {n_flagged} of {len(layers)} layers flagged "
-            f"(band [{settings.low:g}, {settings.high:g}], patience {settings.patience})"
+            f"({judgement}, patience {r['patience']})"
         )
-        header = ["layer", "steps", "median", "last", "above", "below", "nonfinite",
+        header = ["layer", "steps", "skipped", "median", "last", "above", "below", "nonfinite",
                   "flagged", "since", "suggested_lr"]
+        ordered = flagged_first(layers)
         rows = [
             [
-                l["tag"], str(l["logged_steps"]), _number(l["median"]), _number(l["last"]),
-                str(l["above"]), str(l["below"]), str(l["nonfinite"]),
+                l["tag"], str(l["logged_steps"]), str(l["skipped_steps"]), _number(l["median"]),
+                _number(l["last"]), str(l["above"]), str(l["below"]), str(l["nonfinite"]),
                 l["reason"] if l["flagged"] else "no", _number(l["since"]),
                 _number(l["suggested_learning_rate"]),
             ]
-            for l in flagged_first(layers)
+            for l in ordered
         ]
-        lines += _table(header, rows, right={1, 2, 3, 4, 5, 6, 8, 9})
+        lines += _table(header, rows, right={1, 2, 3, 4, 5, 6, 7, 9, 10})
+        for l in ordered:
+            if l["flagged"]:
+                lines.append(f"  {l['tag']}: {l['text']}")
+        lines.append(f"  suggested_lr = {suggest.FORMULA}, assuming an {suggest.ASSUMES}")
         lines.append("")
     if "compare" in answer:
         c = answer["compare"]

@@ -71,6 +71,27 @@ def model_index(series: Series) -> float:
     return math.inf if index is None else index
 
 
+def layer_shape(series: Series) -> list[int] | None:
+    """The shape of a ratio series' variable: the plugin content's ``shape``; for a series
+    written without one, the shape its description names (metadata.shape_from_description);
+    None when neither says."""
+    content = _parse_content(series.plugin_content)
+    shape = content.get("shape") if content else None
+    if shape is not None:
+        return shape
+    return metadata.shape_from_description(getattr(series, "description", None))
+
+
+def layer_kinds(listing: "RunListing", tags: tuple[str, ...] | list[str]) -> list[str]:
+    """The layer kind (metadata.layer_kind: matrix, vector, unknown) of each of `tags`, the
+    ratio tags of `listing` (a tag it does not list: unknown)."""
+    kinds = []
+    for tag in tags:
+        series = listing.ratios.get(tag)
+        kinds.append(metadata.layer_kind(layer_shape(series) if series is not None else None))
+    return kinds
+
+
 def of_kind(series_by_tag: dict[str, Series], series_kind: str) -> dict[str, Series]:
     """The series of `series_by_tag` of kind `series_kind`, by tag."""
     return {tag: s for tag, s in series_by_tag.items() if kind(s) == series_kind}

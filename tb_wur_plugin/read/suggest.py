@@ -1,7 +1,21 @@
 """Suggested learning rates: lr · target / ratio, the learning rate that would bring a layer's
-weight-update ratio to `target` (exact for plain SGD, where the update is proportional to the
-learning rate; a first-order estimate for Adam-type optimizers; momentum and schedules are
-ignored). Pure numpy.
+weight-update ratio to `target`. Pure numpy.
+
+What it assumes (`ASSUMES`): the update is proportional to the learning rate at the state
+logged. That holds for SGD (the update is lr · g: the ratio is lr · ‖g‖/‖w‖), SGD with
+momentum (lr · the velocity, which does not depend on lr in PyTorch's form) and for
+Adam-type optimizers (lr · m̂/(√v̂ + ε), and AdamW's decoupled decay lr · λ · w: the ratio
+is about lr / rms(w), it scales with lr and not with the gradient). So the suggestion gives
+exactly `target` for the next update from the same weights and optimizer state
+(tests/test_judgement.py checks it on PyTorch SGD and Adam); what it does not model is the
+course after (a schedule, the weights' growth, momentum built at another rate). What differs
+between the families is the target worth aiming at: an Adam-type ratio of about lr / rms(w)
+(≈ 2e-2 at lr 1e-3 for weights of rms 0.05, more for small biases) is healthy, so `target`
+(default 1e-3, an SGD rule of thumb) is for the user to choose per optimizer.
+
+A layer whose ratios are not finite (NaN at any logged step, or +inf after the first update
+that moved it: flags.py's rule) gets no
+suggestion: its learning rate is not what is wrong, or not the only thing.
 
 Per layer, over its last `last` logged steps: the steps S among them that the optimizer did
 not skip, whose ratio is finite and positive and at which a finite positive learning rate was
@@ -18,6 +32,8 @@ from tb_wur_plugin.read.heatmap import RunMatrix
 
 DEFAULT_TARGET = 1e-3
 DEFAULT_LAST = 10
+FORMULA = "lr * target / ratio"
+ASSUMES = "update proportional to the learning rate (SGD, momentum, Adam, AdamW)"
 
 
 def suggested_learning_rates(
@@ -36,8 +52,10 @@ def suggested_learning_rates(
         last: how many of each layer's last logged steps count (>= 1).
 
     Returns:
-        One dict per layer: tag, suggested_learning_rate (None when unknown), ratio and
-        learning_rate (their geometric means over S, None when S is empty), steps (|S|).
+        One dict per layer: tag, suggested_learning_rate (None when unknown or the layer's
+        ratios are not finite), ratio and learning_rate (their geometric means over S, None
+        when S is empty), steps (|S|), finite (False when the layer has NaN at a logged step
+        or +inf after the first update that moved it).
     """
     if last < 1:
         raise ValueError(f"last must be at least 1, got {last}")
@@ -56,11 +74,16 @@ def suggested_learning_rates(
         lr_ok = (lr > 0) & (lr < np.inf)
     layers = []
     for row, tag in enumerate(matrix.tags):
-        columns = np.flatnonzero(matrix.present[row])[-last:]
+        logged = np.flatnonzero(matrix.present[row])
+        columns = logged[-last:]
         r = matrix.values[row, columns]
         with np.errstate(invalid="ignore"):
             ok = judged[columns] & (r > 0) & (r < np.inf) & lr_ok[columns]
-        if ok.any():
+            every = matrix.values[row, logged]
+            moved = np.flatnonzero(judged[logged] & (every > 0))  # its first update that moved
+            after = every[moved[0] + 1:] if len(moved) else every[:0]
+            finite = not (np.any(~(every >= 0)) or np.any(after == np.inf))
+        if ok.any() and finite:
             ratio = float(np.exp(np.mean(np.log(r[ok]))))
             rate = float(np.exp(np.mean(np.log(lr[columns][ok]))))
             suggested = rate * target / ratio
@@ -73,6 +96,7 @@ def suggested_learning_rates(
                 "ratio": ratio,
                 "learning_rate": rate,
                 "steps": int(ok.sum()),
+                "finite": bool(finite),
             }
         )
     return layers

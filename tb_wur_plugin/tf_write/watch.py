@@ -280,7 +280,8 @@ def _write_ratios(
             [
                 *(
                     metadata.create_summary_metadata(
-                        metadata.KIND_RATIO, metadata.ratio_description(*about), index
+                        metadata.KIND_RATIO, metadata.ratio_description(*about), index,
+                        shape=about[1] if None not in about[1] else None,
                     )
                     for index, about in enumerate(abouts)
                 ),
