@@ -188,3 +188,9 @@ def test_bad_arguments(tmp_path):
             log_update_ratios(writer, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0, every=0)
         with pytest.raises(TypeError, match="writer"):
             log_update_ratios(str(tmp_path), {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)
+        # nothing to log (issue 23): refused, as SummaryWriter.add_ratios refuses {}, on
+        # a step to log only
+        for params in ({}, {"count": jnp.array(3)}, None):
+            with pytest.raises(ValueError, match="no floating-point leaf"):
+                log_update_ratios(writer, params, params, 0)
+            assert log_update_ratios(writer, params, params, 1, every=2) is False
