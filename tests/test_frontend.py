@@ -17,9 +17,11 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tb_server import TensorBoardServer
+from tb_wur_plugin.read import heatmap_wire
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONTEND = ROOT / "frontend"
@@ -255,6 +257,80 @@ def test_tab_in_chromium(tab_logdir, tab_reports, load_fast, tmp_path):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000
+
+
+@pytest.fixture(scope="module")
+def interval_logdir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("wur_intervals")
+    steps = wur_data.write_intervals(str(logdir))
+    return str(logdir), steps
+
+
+def _report_layers(logdir: str, *band: str) -> dict:
+    """{run: [flagged layers]} of `tb-wur report --format json` (the default judgement, or
+    the band given as "--low", L, "--high", H)."""
+    exe = shutil.which("tb-wur") or str(Path(sys.executable).with_name("tb-wur"))
+    code, output = _run([exe, "report", logdir, "--format", "json", *band], 300)
+    assert code == 0, output
+    return {r["run"]: [l for l in r["layers"] if l["flagged"]] for r in json.loads(output)["runs"]}
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_step_axis_flags_and_run_filter_in_chromium(interval_logdir, load_fast, tmp_path):
+    """Runs logged every 2 and every 5 steps share a column per step, the sparse one's ratios
+    held (never "not logged" inside a layer's range); the flags table says what /flags and
+    the report say; the run filter hides a run's heatmap, flags and comparison choice."""
+    logdir, steps = interval_logdir
+    label = "fast" if load_fast else "python"
+    runs = [wur_data.RUN_EVERY2, wur_data.RUN_EVERY5]
+    last = wur_data.INTERVAL_LAST_STEP
+    band = {"low": 1e-4, "high": 1e-2, "low_text": "1e-4", "high_text": "1e-2"}
+    with TensorBoardServer(logdir, load_fast) as server:
+        server.wait_for(
+            lambda d: len(d["runs"]) == 2
+            and all(l["logged_steps"] == len(steps[r["run"]]) for r in d["runs"] for l in r["layers"])
+            and all(len(r["layers"]) == len(wur_data.INTERVAL_TAGS) for r in d["runs"]),
+            "/data/plugin/wur/runs",
+        )
+        quoted = "&".join(f"run={urllib.parse.quote(r)}" for r in runs)
+        header, arrays = heatmap_wire.unpack(server.get(f"/data/plugin/wur/heatmap?{quoted}&columns=1000")[2])
+        np.testing.assert_array_equal(arrays["column_start"], np.arange(last + 1))
+        exports, flags_default, flags_band = {}, {}, {}
+        for shown in header["runs"]:
+            codes = arrays[shown["codes"]].reshape(len(shown["tags"]), last + 1)
+            assert heatmap_wire.CODE_MISSING not in codes, shown["run"]  # every layer logs 0..40
+            held = arrays[shown["held"]].reshape(-1, 3)
+            every = steps[shown["run"]][1]
+            assert int(held[:, 2].sum()) == len(wur_data.INTERVAL_TAGS) * (last + 1 - len(steps[shown["run"]]))
+            assert all(int(s) % every == 0 and int(k) == int(s) + 1 for (_, k, _), s in zip(held, arrays[shown["held_from"]]))
+        for run in runs:
+            q = urllib.parse.quote(run)
+            exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
+            flags_default[run] = server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]
+            flags_band[run] = server.get_json(f"/data/plugin/wur/flags?run={q}&low=0.0001&high=0.01")["layers"]
+        # the tab shows /flags; /flags says what the report says (tags, reasons, since, text)
+        for judged, args in ((flags_default, ()), (flags_band, ("--low", "1e-4", "--high", "1e-2"))):
+            report = _report_layers(logdir, *args)
+            for run in runs:
+                got = [(l["tag"], l["reason"], l["since"], l.get("text")) for l in judged[run]]
+                want = [(l["tag"], l.get("reason"), l.get("since"), l.get("text")) for l in report[run]]
+                assert sorted(got, key=str) == sorted(want, key=str), (args, run, got, want)
+        frozen = [l for l in flags_default[wur_data.RUN_EVERY5] if l["tag"] == "net/out/kernel"]
+        assert frozen, flags_default
+        config = {
+            "url": server.url, "mode": "axis", "label": f"axis-{label}", "artifacts": str(ARTIFACTS),
+            "last_step": last, "exports": exports, "flags_default": flags_default,
+            "flags_band": flags_band, "band": band,
+            "runs": [
+                {"run": run, "tags": wur_data.INTERVAL_TAGS, "steps": steps[run], "every": steps[run][1],
+                 "held_cells": len(wur_data.INTERVAL_TAGS) * (last + 1 - len(steps[run]))}
+                for run in runs
+            ],
+        }
+        output = _browser(config, tmp_path)
+        assert "Traceback" not in server.output()
+    for part in ("step axis works", "flags table matches /flags", "run filter works"):
+        assert part in output, output
 
 
 def test_new_steps_appear_live_keeping_filter_and_layer(tmp_path):

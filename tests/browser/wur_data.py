@@ -108,5 +108,39 @@ def write_armijo(logdir: str) -> None:
     writer.close()
 
 
+# Two runs logged at different intervals (the step axis: one column per step, the sparse
+# run's ratios held between its logged steps), one with a frozen layer (flagged).
+RUN_EVERY2 = "every2/train"
+RUN_EVERY5 = "every5/train"
+INTERVAL_TAGS = ["net/dense/kernel", "net/dense/bias", "net/out/kernel"]
+INTERVAL_LAST_STEP = 40
+
+
+def interval_ratio(run: str, tag: str, step: int) -> float:
+    if run == RUN_EVERY5 and tag == "net/out/kernel":
+        return 0.0  # frozen: it never moves
+    scale = {"net/dense/kernel": 1e-3, "net/dense/bias": 2e-3, "net/out/kernel": 5e-4}[tag]
+    return scale * (1.0 + step / 40.0) * (1.5 if run == RUN_EVERY5 else 1.0)
+
+
+def write_intervals(logdir: str) -> dict[str, list[int]]:
+    """RUN_EVERY2 logs steps 0, 2, ..., 40, RUN_EVERY5 steps 0, 5, ..., 40 (TensorFlow-free
+    writer). Returns {run: steps}."""
+    from tb_wur_plugin.writer import SummaryWriter
+
+    out = {}
+    for run, every in ((RUN_EVERY2, 2), (RUN_EVERY5, 5)):
+        writer = SummaryWriter(f"{logdir}/{run}")
+        steps = list(range(0, INTERVAL_LAST_STEP + 1, every))
+        for step in steps:
+            writer.add_ratios({tag: interval_ratio(run, tag, step) for tag in INTERVAL_TAGS}, step)
+        writer.close()
+        out[run] = steps
+    return out
+
+
 if __name__ == "__main__":
-    write(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "intervals":
+        write_intervals(sys.argv[1])
+    else:
+        write(sys.argv[1])

@@ -66,6 +66,7 @@ async function main() {
     else if (config.mode === "binned") await binned(page);
     else if (config.mode === "basic") await basic(page, await openTab(page));
     else if (config.mode === "screenshot") await screenshot(page);
+    else if (config.mode === "axis") await axis(page);
     else await full(page, context);
     check(!dialogs.length, `a dialog opened (script injection?): ${dialogs.join(", ")}`);
     const unexpected = errors.filter((e) => !expectedErrors.some((re) => re.test(e)));
@@ -1040,6 +1041,131 @@ async function binned(page) {
     }
   }
   log(`binned columns work (${a.cols} columns of ${w} steps, ${checked} bins checked)`);
+}
+
+/** Runs logged every 2 and every 5 steps: one column per step for both (equal step ranges),
+ * no "not logged" cell inside a layer's logged range, a held cell's tooltip naming the logged
+ * step it holds and drawn apart from a measured one; the flags table against /flags (reason,
+ * since, text; the default judgement, then the band); the run filter hides a run's heatmap,
+ * flags and comparison choice. */
+async function axis(page) {
+  const f = await openTab(page);
+  const want = config.runs; // [{run, tags, steps, every, held_cells}]
+  const last = config.last_step;
+  let attrs = await waitAttrs(f, (a) => a.length === want.length, `${want.length} heatmaps`);
+  for (const [i, w] of want.entries()) {
+    check(attrs[i].run === w.run && attrs[i].cols === last + 1 && attrs[i].start === 0 && attrs[i].end === last, `${w.run}: ${JSON.stringify(attrs[i])}, want one column per step 0..${last}`);
+    const held = +(await f.locator(`[data-testid="wur-heatmap"][data-run="${w.run}"]`).getAttribute("data-held-cells"));
+    check(held === w.held_cells, `${w.run}: ${held} held cells, want ${w.held_cells}`);
+  }
+  // every cell: measured at a logged step, else held from the last logged step before it
+  let hovered = 0, heldSeen = 0;
+  for (const w of want) {
+    for (const [row, tag] of w.tags.entries()) {
+      const exported = config.exports[w.run][tag];
+      for (let step = 0; step <= last; step++) {
+        const from = Math.floor(step / w.every) * w.every;
+        const point = exported.find((p) => p[1] === from);
+        const text = await hoverText(page, f, w.run, row, step);
+        check(!text.includes("not logged"), `${w.run} ${tag} at step ${step}: "not logged" inside its logged range:\n${text}`);
+        const label = from === step ? `step ${step}  ·  run ${w.run}` : `step ${step} (held from step ${from})  ·  run ${w.run}`;
+        const lines = text.split("\n");
+        check(lines[0] === tag && lines[1].replace(/\s+/g, " ") === label.replace(/\s+/g, " ") && text.includes(expectedRatioText(point[2])), `${w.run} ${tag} at step ${step}: want "${label}" and ${expectedRatioText(point[2])}:\n${text}`);
+        if (from !== step) heldSeen++;
+        hovered++;
+      }
+    }
+  }
+  await page.mouse.move(1, 1);
+  // a held cell is drawn apart from the measured cell whose value it holds (one canvas pixel
+  // per cell): paler, on the light page
+  const sparse = want[want.length - 1];
+  const px = await f.locator(`[data-testid="wur-heatmap"][data-run="${sparse.run}"]`).evaluate((c) => {
+    const d = c.getContext("2d").getImageData(0, 0, 2, 1).data;
+    return [[d[0], d[1], d[2]], [d[4], d[5], d[6]]];
+  });
+  check(px[0].join() !== px[1].join() && px[1][0] + px[1][1] + px[1][2] > px[0][0] + px[0][1] + px[0][2] + 60, `a held cell looks like the measured one: ${JSON.stringify(px)}`);
+  const legend = await f.locator('[data-testid="wur-legend-held"]').innerText();
+  check(legend.includes("held"), `legend of the held cells: ${legend}`);
+  if (config.artifacts) {
+    mkdirSync(config.artifacts, { recursive: true });
+    const file = path.join(config.artifacts, `wur-axis-${config.label}.png`);
+    await page.screenshot({ path: file });
+    log(`screenshot ${file}`);
+  }
+  log(`step axis works (${hovered} cells, ${heldSeen} held, each naming its step; no "not logged" inside a run's range)`);
+
+  // the flags table against /flags: the default judgement (no low/high sent), then the band
+  const asked = () => wurRequests.filter((u) => new URL(u).pathname.endsWith("/flags")).map((u) => new URL(u).searchParams);
+  check(asked().length === want.length && asked().every((q) => !q.has("low") && !q.has("high")), `/flags at load: ${JSON.stringify(asked().map(String))}`);
+  const table = f.locator('[data-testid="wur-flags"] table');
+  const heads = (await table.locator("th").allInnerTexts()).map((h) => h.trim().toLowerCase());
+  check(JSON.stringify(heads) === JSON.stringify(["layer", "run", "what", "since step"]), `flag table columns: ${JSON.stringify(heads)}`);
+  const rowsNow = () => f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => ({
+    run: e.dataset.run, tag: e.dataset.tag, reason: e.dataset.reason, since: e.dataset.since, what: e.querySelector(".wur-flag-what").textContent,
+  })));
+  const compareFlags = async (answers, what) => {
+    const rows = await rowsNow();
+    let n = 0;
+    for (const w of want) {
+      const mine = rows.filter((r) => r.run === w.run);
+      const layers = answers[w.run];
+      check(mine.length === layers.length, `${what}: ${w.run} has ${mine.length} flag rows, /flags ${layers.length}: ${JSON.stringify(mine)}`);
+      for (const [i, l] of layers.entries()) {
+        const r = mine[i];
+        check(r.tag === l.tag && r.reason === l.reason && r.since === (l.since === null ? "" : String(l.since)), `${what}: row ${JSON.stringify(r)} vs /flags ${JSON.stringify(l)}`);
+        if (typeof l.text === "string") check(r.what === l.text, `${what}: the text of ${w.run} ${l.tag}: "${r.what}", /flags says "${l.text}"`);
+        else check(r.what.length > 0, `${what}: no text for ${w.run} ${l.tag}`);
+        n++;
+      }
+    }
+    return n;
+  };
+  const flaggedDefault = await compareFlags(config.flags_default, "default judgement");
+  check(flaggedDefault > 0, "the data flag no layer by default");
+  let note = await f.locator('[data-testid="wur-flags-note"]').innerText();
+  check(note.startsWith("Default judgement (no band set), patience 5:"), `flags note: ${note}`);
+  const from = wurRequests.length;
+  await f.locator('[data-testid="wur-band-low"]').fill(String(config.band.low));
+  await f.locator('[data-testid="wur-band-high"]').fill(String(config.band.high));
+  await f.locator('[data-testid="wur-band-high"]').press("Tab");
+  await f.locator('[data-testid="wur-flags-note"][data-judgement="band"]').waitFor();
+  await settled(page, f);
+  const banded = wurRequests.slice(from).filter((u) => new URL(u).pathname.endsWith("/flags")).map((u) => new URL(u).searchParams);
+  check(banded.length >= want.length && banded.slice(-want.length).every((q) => Number(q.get("low")) === config.band.low && Number(q.get("high")) === config.band.high), `/flags with the band: ${JSON.stringify(banded.map(String))}`);
+  const flaggedBand = await compareFlags(config.flags_band, "band");
+  note = await f.locator('[data-testid="wur-flags-note"]').innerText();
+  check(note.startsWith(`Band [${config.band.low_text}, ${config.band.high_text}] with patience 5:`), `flags note with the band: ${note}`);
+  log(`flags table matches /flags (${flaggedDefault} by the default judgement, ${flaggedBand} with the band: reason, since, text)`);
+
+  // the run filter: the hidden run's heatmap, flags and comparison choice go
+  const [keep, hide] = [want[1].run, want[0].run];
+  await f.locator('[data-testid="wur-compare-a"]').selectOption(hide);
+  const options = () => f.locator('[data-testid="wur-compare-a"] option').evaluateAll((els) => els.map((e) => e.value).filter(Boolean));
+  check(JSON.stringify(await options()) === JSON.stringify(want.map((w) => w.run)), `comparison choices: ${JSON.stringify(await options())}`);
+  const filter = f.locator('[data-testid="wur-run-filter"]');
+  await filter.fill(keep.split("/")[0]);
+  await waitAttrs(f, (a) => a.length === 1 && a[0].run === keep, `only ${keep} shown`);
+  await settled(page, f);
+  const listed = await f.locator('[data-testid="wur-run-toggle"]').evaluateAll((els) => els.map((e) => e.dataset.run));
+  check(JSON.stringify(listed) === JSON.stringify([keep]), `run list with the filter: ${JSON.stringify(listed)}`);
+  const flagRuns = [...new Set((await rowsNow()).map((r) => r.run))];
+  check(JSON.stringify(flagRuns) === JSON.stringify(config.flags_band[keep].length ? [keep] : []), `flags with the filter: runs ${JSON.stringify(flagRuns)}`);
+  check(JSON.stringify(await options()) === JSON.stringify([keep]), `comparison choices with the filter: ${JSON.stringify(await options())}`);
+  check(await f.locator('[data-testid="wur-compare-a"]').inputValue() === "", "the comparison kept a hidden run");
+  // an invalid filter changes nothing; no run matched: said so
+  await filter.fill("every(");
+  await f.locator('[data-testid="wur-run-filter-error"]', { hasText: "Invalid regular expression" }).waitFor();
+  check((await heatmapAttrs(f)).map((a) => a.run).join() === keep, "an invalid run filter changed the heatmaps");
+  await filter.fill("no such run");
+  await f.locator('[data-testid="wur-message"]', { hasText: "No run matches the run filter" }).waitFor();
+  check(await f.locator('[data-testid="wur-flag"]').count() === 0, "flags shown with every run filtered out");
+  await filter.fill("");
+  await waitAttrs(f, (a) => a.length === want.length, "every run shown again");
+  await settled(page, f);
+  await compareFlags(config.flags_band, "band, filter cleared");
+  check(JSON.stringify(await options()) === JSON.stringify(want.map((w) => w.run)), `comparison choices after the filter: ${JSON.stringify(await options())}`);
+  log("run filter works (heatmaps, flags, comparison choices)");
 }
 
 async function empty(page) {
