@@ -45,7 +45,7 @@ def test_demo_flags_the_defect_and_nothing_else_on_a_quiet_console(tmp_path, cap
     output = _run("demo.py", "--logdir", str(tmp_path), "--epochs", "1", "--no-serve")
     assert "error" not in output.lower(), output
     healthy, slow = (ratio_series(str(tmp_path / run)) for run in ("healthy", "slow_logits"))
-    assert set(healthy) == set(slow) and len(healthy) == 6
+    assert set(healthy) == set(slow) and len(healthy) == 10
 
     def median(series, tag):
         return np.median([r for r in series[tag].values() if np.isfinite(r)])
