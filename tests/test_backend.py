@@ -184,7 +184,11 @@ def test_heatmap_bad_requests(backend, params, status, message):
 def test_flags_report_out_of_band_and_non_finite_layers(backend):
     flags = backend.json("flags", run="special")
     (odd,) = flags["layers"]  # fine/kernel stays at 1e-3
-    assert odd["tag"] == "odd/kernel" and (flags["low"], flags["high"]) == (1e-4, 1e-2)
+    assert odd["tag"] == "odd/kernel" and (flags["low"], flags["high"]) == (None, None)
+    assert (odd["reason"], odd["since"]) == ("nan", 3)
+    assert odd["text"] == ("NaN: ratio NaN (the weights or their update are not finite) at 1 "
+                           "logged steps in total, first at step 3")
+    assert backend.json("flags", run="special", low="1e-4")["high"] == 1e-2  # the default edge
     assert (odd["nan_steps"], odd["first_nan_step"]) == (1, 3)
     assert (odd["inf_steps"], odd["first_inf_step"]) == (1, 0)
     assert (odd["below_steps"], odd["above_steps"]) == (1, 2)  # 0 at 2; 5e-2, 1.125 at 4, 5
@@ -354,10 +358,12 @@ def test_skipped_steps_are_not_judged_stalled(skipping):
     # a zero of a step that was not marked skipped still counts as below the band: one
     # step out is no streak of the default patience (5), but is one of patience 1
     assert skipping.json("flags", run="plain")["layers"] == []
-    (plain,) = skipping.json("flags", run="plain", patience="1")["layers"]
+    # (the band rule: the default judgement has no peers for a run of one layer)
+    assert skipping.json("flags", run="plain", patience="1")["layers"] == []
+    (plain,) = skipping.json("flags", run="plain", patience="1", low="1e-4")["layers"]
     assert (plain["below_steps"], plain["skipped_steps"]) == (1, 0)
     assert plain["first_out_of_band_step"] == 1
-    assert (plain["since"], plain["reason"], plain["streak_length"]) == (1, "below", 1)
+    assert (plain["since"], plain["reason"], plain["streak_length"]) == (1, "below_band", 1)
     # a band that w (1e-3) leaves: judged over the 6 applied updates
     narrow = {f["tag"]: f for f in skipping.json("flags", run="skipping", low="1.5e-3")["layers"]}
     assert list(narrow) == ["net/w"]

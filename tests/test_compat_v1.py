@@ -166,7 +166,11 @@ def test_the_summary_is_what_watch_writes(six_runs):
         array = tensor_util.make_ndarray(value.tensor)
         assert array.dtype == np.float32 and array.shape == ()
         if index < len(TAGS):
+            # the variable's shape (the reader's layer kind): kernels [in, out], biases [out]
+            shape = content.pop("shape")
             assert content == {"version": 1, "kind": metadata.KIND_RATIO, "index": index}
+            units = 8 if "hidden" in TAGS[index] else 3
+            assert shape[-1] == units and len(shape) == (2 if TAGS[index].endswith("kernel") else 1)
             assert array == np.float32(runs["adam"]["fetched"][3][TAGS[index]])
         else:
             assert content["kind"] == metadata.KIND_SKIPPED_STEP and array == 0

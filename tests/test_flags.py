@@ -35,16 +35,22 @@ def test_isolated_out_of_band_steps_are_not_a_streak():
     assert (layer["above"], layer["below"]) == (7, 4)
     assert judge(values, patience=4)["since"] == 6  # LO x 4 from step 6
     assert judge(values, patience=1)["since"] == 1
-    assert judge(values, patience=1)["reason"] == "above"
+    assert judge(values, patience=1)["reason"] == "above_band"
 
 
 def test_a_streak_of_patience_steps_flags_since_its_first_step():
     layer = judge([IN, IN, HI, HI, HI, HI, HI, HI, IN], steps=[0, 10, 20, 30, 40, 50, 60, 70, 80])
-    assert (layer["since"], layer["reason"], layer["streak_length"]) == (20, "above", 6)
-    layer = judge([IN, 0.0, 0.0, 0.0, 0.0, 0.0])  # 0 is below
-    assert (layer["since"], layer["reason"]) == (1, "below")
-    layer = judge([HI, LO, HI, LO, HI])  # both sides
-    assert (layer["since"], layer["reason"]) == (0, "outside")
+    assert (layer["since"], layer["reason"], layer["streak_length"]) == (20, "above_band", 6)
+    assert (layer["steps_in_a_row"], layer["steps_in_total"]) == (6, 6)
+    assert layer["text"] == (
+        "above band: ratio above the band's high edge 0.01 (median 0.05) at 6 judged steps in "
+        "a row from step 20")
+    layer = judge([IN, 0.0, 0.0, 0.0, 0.0, 0.0])  # 0 is below, and said to be no movement
+    assert (layer["since"], layer["reason"]) == (1, "below_band")
+    assert layer["text"] == "below band: ratio 0 (did not move) at 5 judged steps in a row from step 1"
+    layer = judge([HI, LO, HI, LO, HI])  # both sides: named by the side of its first step
+    assert (layer["since"], layer["reason"]) == (0, "above_band")
+    assert judge([LO, HI, LO, HI, LO])["reason"] == "below_band"
     assert judge([HI] * 4)["flagged"] is False
     assert judge([HI] * 4, patience=4)["since"] == 0
 
@@ -68,7 +74,7 @@ def test_nan_at_any_step_flags():
         assert (layer["since"], layer["reason"], layer["nonfinite"]) == (at, "nan", 1)
     # the earliest finding wins: a streak from 0, NaN at 6
     layer = judge([HI] * 6 + [math.nan])
-    assert (layer["since"], layer["reason"], layer["nan_since"], layer["streak_since"]) == (0, "above", 6, 0)
+    assert (layer["since"], layer["reason"], layer["nan_since"], layer["streak_since"]) == (0, "above_band", 6, 0)
 
 
 def test_skipped_and_non_finite_steps_neither_extend_nor_break_a_streak():
@@ -88,7 +94,7 @@ def test_skipped_and_non_finite_steps_neither_extend_nor_break_a_streak():
     # a later +inf inside: flagged at the inf, the streak counted through it
     layer = judge([HI, HI, math.inf, HI, HI, HI])
     assert (layer["since"], layer["reason"], layer["streak_since"], layer["streak_length"]) == (
-        0, "above", 0, 5)
+        0, "above_band", 0, 5)
     # +inf at the first update after skipped steps is the first update's: not flagged
     assert not judge([0.0, 0.0, math.inf, IN, IN], skipped=[0, 1])["flagged"]
 
@@ -148,15 +154,28 @@ def test_the_route_and_the_report_flag_the_same_layers(agreement_logdir, setting
 def test_the_default_flags_of_the_mixed_run(agreement_logdir):
     answer = Backend(agreement_logdir).json("flags", run="mixed")
     got = {f["tag"]: (f["since"], f["reason"]) for f in answer["layers"]}
+    # the writer records no shapes here: every layer is of unknown kind, all are peers
     assert got == {
         "broken/kernel": (25, "nan"),
         "late_inf/kernel": (12, "inf"),
-        "hot/kernel": (10, "above"),
-        "cold/kernel": (30, "below"),
+        "hot/kernel": (10, "fast_outlier"),  # 5e-2 among peers at 1e-3: 50x
+        "cold/kernel": (30, "slow_outlier"),  # 1e-6: 1000x below
     }
+    assert (answer["low"], answer["high"], answer["patience"]) == (None, None, 5)
     assert [f["tag"] for f in answer["layers"]][0] == "broken/kernel"  # NaN first, then by since
     assert [f["tag"] for f in answer["layers"]][1:] == ["hot/kernel", "late_inf/kernel", "cold/kernel"]
+    hot = {f["tag"]: f for f in answer["layers"]}["hot/kernel"]
+    assert (hot["steps_in_a_row"], hot["steps_in_total"], hot["skipped_steps"]) == (7, 7, 3)
+    assert hot["text"] == (
+        "fast outlier: ratio 50× above the median of the run's other layers (median ratio 0.05) "
+        "at 7 judged steps in a row from step 10")
     assert Backend(agreement_logdir).json("flags", run="calm")["layers"] == []
+    # an explicit band adds the band rule; at the same step the default judgement's reason wins
+    banded = Backend(agreement_logdir).json("flags", run="mixed", high="0.04")
+    assert (banded["low"], banded["high"]) == (1e-4, 0.04)
+    assert {f["tag"]: (f["since"], f["reason"]) for f in banded["layers"]} == got
+    banded = Backend(agreement_logdir).json("flags", run="mixed", low="2e-3", patience="3")
+    assert {f["tag"]: f["reason"] for f in banded["layers"]}["ok/kernel"] == "below_band"
 
 
 @pytest.mark.parametrize("patience", ["0", "-1", "x", "1.5"])

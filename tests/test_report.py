@@ -24,7 +24,9 @@ LOW, HIGH, PATIENCE = 1e-4, 1e-2, 5
 
 def _write(logdir):
     rng = np.random.default_rng(7)
-    base = {"net/dense/kernel": 1e-3, "net/dense/bias": 3e-2, "net/out/kernel": 1e-5,
+    # out/kernel: below the default band, but within the default judgement's reach of its
+    # peers (no flag without a band)
+    base = {"net/dense/kernel": 1e-3, "net/dense/bias": 1e-2, "net/out/kernel": 3e-5,
             "net/out/bias": 2e-3}
     for run, scale, lr_every in [("a/train", 1.0, 1), ("b/train", 3.0, 2), ("c/eval", 1.0, None)]:
         with SummaryWriter(f"{logdir}/{run}") as w:
@@ -89,7 +91,10 @@ def _expected(backend, run, target=1e-3, last=10):
             if j and 0 < r < math.inf and s in lr
         ]
         suggested = None
-        if ok_tail:
+        moved = [i for i, (s, r) in enumerate(zip(steps, v)) if s not in skipped and r > 0]
+        not_finite = bool(np.isnan(v).any()) or bool(
+            moved and np.isinf(v[moved[0] + 1:]).any())  # NaN, or +inf after its first move
+        if ok_tail and not not_finite:
             r, l = np.array(ok_tail).T
             suggested = math.exp(np.log(l).mean()) * target / math.exp(np.log(r).mean())
         out[tag] = {
@@ -114,27 +119,50 @@ def _same(got, want):
     return got == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.parametrize("load_fast", ["true", "false"])
-def test_json_numbers_against_the_export(logdir, backend, capsys, load_fast):
-    status, out = _report(capsys, logdir, "--format", "json", "--load_fast", load_fast)
+@pytest.mark.parametrize("load_fast,band", [
+    ("true", []), ("false", []), ("false", ["--low", "1e-4", "--high", "1e-2"]),
+])
+def test_json_numbers_against_the_export(logdir, backend, capsys, load_fast, band):
+    status, out = _report(capsys, logdir, "--format", "json", "--load_fast", load_fast, *band)
     assert status == 0
     answer = json.loads(out)
     assert [r["run"] for r in answer["runs"]] == ["a/train", "b/train", "c/eval"]
+    params = {"low": "1e-4", "high": "1e-2"} if band else {}
     for r in answer["runs"]:
+        assert (r["low"], r["high"], r["patience"]) == ((1e-4, 1e-2) if band else (None, None)) + (5,)
         want = _expected(backend, r["run"])
+        skipped = len(_skipped(backend, r["run"]))
         assert [l["tag"] for l in r["layers"]] == list(want)  # model order, as /export
-        flagged = {f["tag"]: f["since"] for f in backend.json("flags", run=r["run"])["layers"]}
+        route = backend.json("flags", run=r["run"], **params)
+        assert (route["low"], route["high"]) == (r["low"], r["high"])
+        flagged = {f["tag"]: f for f in route["layers"]}
         for layer in r["layers"]:
             assert set(layer) == {"tag", "logged_steps", "median", "last", "above", "below",
-                                  "nonfinite", "flagged", "since", "suggested_learning_rate"}
+                                  "nonfinite", "flagged", "reason", "since", "text",
+                                  "judged_steps", "skipped_steps", "steps_in_a_row",
+                                  "steps_in_total", "suggested_learning_rate"}
             for key, value in want[layer["tag"]].items():
                 assert _same(layer[key], value), (r["run"], layer["tag"], key, layer[key], value)
+            assert layer["skipped_steps"] == skipped
+            assert layer["judged_steps"] == layer["logged_steps"] - skipped
             assert layer["flagged"] == (layer["tag"] in flagged)
-            assert layer["since"] == flagged.get(layer["tag"])
+            f = flagged.get(layer["tag"], {})
+            # the tab's flags and the report say the same thing, word for word
+            for key in ("reason", "since", "text", "steps_in_a_row", "steps_in_total",
+                        "judged_steps", "skipped_steps"):
+                assert layer[key] == f.get(key, layer[key] if key.endswith("ed_steps") else None)
+            assert (layer["text"] is not None) == layer["flagged"]
     a = {l["tag"]: l for l in answer["runs"][0]["layers"]}
     assert a["net/out/bias"]["flagged"] and a["net/out/bias"]["since"] == 40  # NaN
+    assert a["net/out/bias"]["reason"] == "nan" and "NaN" in a["net/out/bias"]["text"]
+    assert a["net/out/bias"]["suggested_learning_rate"] is None  # not finite: no suggestion
     assert not a["net/dense/bias"]["flagged"] or a["net/dense/bias"]["since"] != 0
-    assert a["net/out/kernel"]["since"] == 0 and a["net/out/kernel"]["below"] > 0
+    assert a["net/out/kernel"]["below"] > 0
+    if band:
+        assert (a["net/out/kernel"]["since"], a["net/out/kernel"]["reason"]) == (0, "below_band")
+    else:  # the default judgement: no band, and 3e-5 among peers at 1e-3 is no defect
+        assert not a["net/out/kernel"]["flagged"]
+        assert [l["tag"] for l in a.values() if l["flagged"]] == ["net/out/bias"]
     # c/eval logs no learning rate: no suggestion
     assert all(l["suggested_learning_rate"] is None for l in answer["runs"][2]["layers"])
 
@@ -144,30 +172,41 @@ def _number(x):
         "inf" if x == math.inf else f"{x:.3g}"))
 
 
-def test_text_table_against_the_export(logdir, backend, capsys):
-    status, out = _report(capsys, logdir, "--run", "^a/", "--load_fast", "false")
+@pytest.mark.parametrize("band", [[], ["--high", "1e-2"]])
+def test_text_table_against_the_export(logdir, backend, capsys, band):
+    status, out = _report(capsys, logdir, "--run", "^a/", "--load_fast", "false", *band)
     assert status == 0
     lines = out.splitlines()
     assert lines[0].startswith("run a/train: ") and "b/train" not in out
+    assert ("band [0.0001, 0.01]" if band else "default judgement") in lines[0]
     header = lines[1].split()
-    assert header == ["layer", "steps", "median", "last", "above", "below", "nonfinite",
-                      "flagged", "since", "suggested_lr"]
+    assert header == ["layer", "steps", "skipped", "median", "last", "above", "below",
+                      "nonfinite", "flagged", "since", "suggested_lr"]
     width = len(lines[1])
-    rows = [l.split() for l in lines[2:] if l.strip()]
+    n_rows = next(i for i, l in enumerate(lines[2:]) if l.startswith("  "))
+    rows = [l.split() for l in lines[2: 2 + n_rows]]
     want = _expected(backend, "a/train")
-    flagged = {f["tag"]: f for f in backend.json("flags", run="a/train")["layers"]}
-    assert len(rows) == len(want)
+    skipped = len(_skipped(backend, "a/train"))
+    params = {"high": "1e-2"} if band else {}
+    flagged = {f["tag"]: f for f in backend.json("flags", run="a/train", **params)["layers"]}
+    assert flagged and len(rows) == len(want)
     # flagged layers first, in the order of /flags
     assert [r[0] for r in rows[: len(flagged)]] == [f["tag"] for f in flagged.values()]
     for row in rows:
         w = want[row[0]]
-        assert row[1:7] == [str(w["logged_steps"]), _number(w["median"]), _number(w["last"]),
-                            str(w["above"]), str(w["below"]), str(w["nonfinite"])]
+        assert row[1:8] == [str(w["logged_steps"]), str(skipped), _number(w["median"]),
+                            _number(w["last"]), str(w["above"]), str(w["below"]),
+                            str(w["nonfinite"])]
         f = flagged.get(row[0])
-        assert row[7:9] == ([f["reason"], str(f["since"])] if f else ["no", "-"])
-        assert row[9] == _number(w["suggested_learning_rate"])
+        assert row[8:10] == ([f["reason"], str(f["since"])] if f else ["no", "-"])
+        assert row[10] == _number(w["suggested_learning_rate"])
     for line in lines[1: 2 + len(rows)]:  # aligned: the right-aligned last column ends together
         assert len(line) == width
+    # then one line per flagged layer: the tab's text, word for word, and the suggestion's
+    # assumption
+    texts = lines[2 + n_rows: 2 + n_rows + len(flagged)]
+    assert texts == [f"  {tag}: {f['text']}" for tag, f in flagged.items()]
+    assert lines[2 + n_rows + len(flagged)].startswith("  suggested_lr = lr * target / ratio")
 
 
 def test_compare_ranking_against_numpy(logdir, backend, capsys):

@@ -122,6 +122,7 @@ def _write_the_same(logdir: str, tf_logdir: str, history) -> None:
             writer.add_ratios(
                 ratios, step,
                 descriptions={t: ratio_description(t, SHAPES[t], "float32") for t in SHAPES},
+                shapes=SHAPES,
             )
             elementwise = {}
             for tag in SHAPES:

@@ -121,9 +121,11 @@ def judge_layers(
         REASONS, None when not flagged), text (one line of English, None when not flagged),
         kind, judged_steps, skipped_steps, steps_in_a_row (the streak of the finding at
         `since`; None for nan and inf), steps_in_total (judged steps at which the finding's
-        condition held; for nan, logged steps), nan_steps, inf_steps, the since of each
-        finding (``<reason>_since``, None when absent), streak_since and streak_length (of
-        the band rule; None and 0 without a band).
+        condition held; for nan, logged steps), nan_steps, inf_steps, first_nan_step,
+        first_inf_step, out_of_band_fraction (above + below over the judged steps),
+        first_out_of_band_step, last_out_of_band_step, the since of each finding
+        (``<reason>_since``, None when absent), streak_since and streak_length (of the band
+        rule; None and 0 without a band).
     """
     if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
         raise ValueError(f"patience must be an integer of at least 1, got {patience!r}")
@@ -216,6 +218,7 @@ def judge_layers(
             reason = min(findings, key=lambda r: (steps[findings[r]["cols"][0]], REASONS.index(r)))
             since = int(steps[findings[reason]["cols"][0]])
         finding = findings.get(reason)
+        out_steps = steps[below[row] | above[row]]
         layer = {
             "tag": tag,
             "logged_steps": len(logged_cols),
@@ -235,6 +238,11 @@ def judge_layers(
             "steps_in_total": finding["total"] if finding else None,
             "nan_steps": int(broken[row].sum()),
             "inf_steps": int(infinite[row].sum()),
+            "first_nan_step": int(steps[nan_cols[0]]) if len(nan_cols) else None,
+            "first_inf_step": _first(steps[infinite[row]]),
+            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
+            "first_out_of_band_step": _first(out_steps),
+            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
             "streak_since": streak_since,
             "streak_length": streak_length,
         }
@@ -258,13 +266,17 @@ def flag_layers(
     kinds: list[str] | tuple[str, ...] | None = None,
 ) -> list[dict]:
     """The flagged layers of `matrix` (see `judge_layers`), in `flag_order`, as `/flags`
-    lists them: tag, reason, since, text and the COUNT_FIELDS."""
-    flagged = [l for l in judge_layers(matrix, low, high, patience, kinds) if l["flagged"]]
-    return [
-        {"tag": l["tag"], "reason": l["reason"], "since": l["since"], "text": l["text"],
-         **{k: l[k] for k in COUNT_FIELDS}}
-        for l in sorted(flagged, key=flag_order)
-    ]
+    lists them: tag, reason, since, text and the COUNT_FIELDS first, then the other keys of
+    `judge_layers` but `flagged`, and below_steps and above_steps (= below and above, the
+    names the tab has read since before the report)."""
+    flagged = []
+    for layer in judge_layers(matrix, low, high, patience, kinds):
+        if layer["flagged"]:
+            first = {k: layer[k] for k in ("tag", "reason", "since", "text", *COUNT_FIELDS)}
+            rest = {k: v for k, v in layer.items() if k not in first and k != "flagged"}
+            flagged.append({**first, **rest, "below_steps": layer["below"],
+                            "above_steps": layer["above"]})
+    return sorted(flagged, key=flag_order)
 
 
 def flag_order(layer: dict) -> tuple:
@@ -339,6 +351,10 @@ def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray
     if not len(long):
         return None
     return columns[starts[long[0]]:ends[long[0]]]
+
+
+def _first(steps: np.ndarray) -> int | None:
+    return int(steps[0]) if len(steps) else None
 
 
 def _leave_one_out_max(values: np.ndarray) -> np.ndarray:
