@@ -208,11 +208,14 @@ def test_tab_in_chromium(tab_logdir, tab_reports, load_fast, tmp_path):
             f"/data/plugin/wur/line_search?run={urllib.parse.quote(wur_data.RUN_C)}")
         assert line_search["steps"] == wur_data.STEPS, line_search
         assert sum(line_search["backtracks"]) > 0, line_search
-        exports, flags = {}, {}
+        exports, flags, flags_default = {}, {}, {}
         for run in (wur_data.RUN_A, wur_data.RUN_B, wur_data.RUN_C):
             q = urllib.parse.quote(run)
             exports[run] = json.loads(server.get(f"/data/plugin/wur/export?run={q}&format=json")[2])
-            flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]]
+            # the tab's flags: by the default judgement until the band is set (it is, in the
+            # test, by the time the flags table is checked against these)
+            flags_default[run] = server.get_json(f"/data/plugin/wur/flags?run={q}")["layers"]
+            flags[run] = [l["tag"] for l in server.get_json(f"/data/plugin/wur/flags?run={q}&low=0.0001&high=0.01")["layers"]]
         # the flags for several patiences: /flags, and the same layers as the headless report
         flags_by_patience = {}
         for patience in PATIENCES:
@@ -236,7 +239,7 @@ def test_tab_in_chromium(tab_logdir, tab_reports, load_fast, tmp_path):
         assert "model/dense/kernel" not in flags[wur_data.RUN_A]
         config = {
             "url": server.url, "mode": "data", "label": label, "artifacts": str(ARTIFACTS),
-            "runs": _expected_runs(), "exports": exports, "flags": flags,
+            "runs": _expected_runs(), "exports": exports, "flags": flags, "flags_default": flags_default,
             "histogram_tag": "model/dense/kernel", "nan_tag": "model/odd/kernel",
             "histogram_elements": wur_data.HISTOGRAM_ELEMENTS,
             "dpr": 2 if load_fast else 1,  # high-DPI in one loader

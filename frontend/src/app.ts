@@ -67,6 +67,8 @@ export class App {
     });
     this.store.s.dark = new ThemeWatcher((dark) => this.store.setDark(dark)).isDark;
     new ResizeObserver(() => this.onResize()).observe(this.content);
+    // the sidebar scrolls on its own, below the (sticky, wrapping) toolbar
+    new ResizeObserver(() => this.root.style.setProperty("--toolbar-height", `${this.toolbar.element.offsetHeight}px`)).observe(this.toolbar.element);
     const host = HostChannel.connect(window);
     host?.listen("experimental.DataReloaded", () => { void this.reload(); });
     host?.listen("experimental.RunsChanged", () => { void this.reload(); });

@@ -54,7 +54,10 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-error { color: var(--error); background: var(--error-bg); padding: 8px 16px; margin: 8px 16px; border-radius: 4px; white-space: pre-wrap; }
 .wur-hint { color: var(--error); font-size: 12px; }
 .wur-main { display: flex; flex: 1; min-height: 0; align-items: flex-start; }
-.wur-sidebar { width: 320px; flex: none; padding: 12px 16px; border-right: 1px solid var(--border); box-sizing: border-box; }
+.wur-sidebar {
+  width: 320px; flex: none; padding: 12px 16px; border-right: 1px solid var(--border); box-sizing: border-box;
+  position: sticky; top: var(--toolbar-height, 48px); max-height: calc(100vh - var(--toolbar-height, 48px)); overflow-y: auto;
+}
 .wur-sidebar h2, .wur-content h2 { font-size: 13px; font-weight: 500; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); margin: 12px 0 6px; }
 .wur-sidebar h2:first-child { margin-top: 0; }
 .wur-runs { list-style: none; margin: 6px 0; padding: 0; max-height: 240px; overflow: auto; }
@@ -63,7 +66,7 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-flags { margin: 6px 0; }
 .wur-flags-table { width: 100%; border-collapse: collapse; font-size: 12px; table-layout: fixed; }
 .wur-flags-table th { text-align: left; font-weight: 500; color: var(--muted); border-bottom: 1px solid var(--border); padding: 2px 4px; }
-.wur-flags-table th:nth-child(1) { width: 32%; } .wur-flags-table th:nth-child(2) { width: 22%; } .wur-flags-table th:nth-child(4) { width: 15%; }
+.wur-flags-table th:nth-child(1) { width: 28%; } .wur-flags-table th:nth-child(2) { width: 20%; } .wur-flags-table th:nth-child(4) { width: 14%; }
 .wur-flags-table td { padding: 3px 4px; vertical-align: top; border-bottom: 1px solid var(--grid); word-break: break-all; }
 .wur-flags-table tbody tr { cursor: pointer; }
 .wur-flags-table tbody tr:hover, .wur-flags-table tbody tr:focus-visible { background: var(--panel); }

@@ -61,13 +61,18 @@ async function main() {
     });
     page.on("pageerror", (e) => errors.push(`page error: ${e.message}`));
     page.on("dialog", async (d) => { dialogs.push(d.message()); await d.dismiss(); });
-    if (config.mode === "empty") await empty(page);
-    else if (config.mode === "live") await live(page);
-    else if (config.mode === "binned") await binned(page);
-    else if (config.mode === "basic") await basic(page, await openTab(page));
-    else if (config.mode === "screenshot") await screenshot(page);
-    else if (config.mode === "axis") await axis(page);
-    else await full(page, context);
+    if (config.artifacts) {
+      // on a failed check, a picture of what the page showed
+      const failed = path.join(config.artifacts, `wur-failed-${config.label}.png`);
+      process.on("exit", (code) => { if (code) process.stderr.write(`[${config.label}] the page at the failure: ${failed}\n`); });
+      page.__failedShot = failed;
+    }
+    try {
+      await runMode(page, context);
+    } catch (e) {
+      if (page.__failedShot) await page.screenshot({ path: page.__failedShot }).catch(() => {});
+      throw e;
+    }
     check(!dialogs.length, `a dialog opened (script injection?): ${dialogs.join(", ")}`);
     const unexpected = errors.filter((e) => !expectedErrors.some((re) => re.test(e)));
     check(!unexpected.length, `errors in the browser console:\n  ${unexpected.join("\n  ")}`);
@@ -75,6 +80,18 @@ async function main() {
     await context.close();
     rmSync(profile, { recursive: true, force: true });
     rmSync(downloads, { recursive: true, force: true });
+  }
+}
+
+async function runMode(page, context) {
+  {
+    if (config.mode === "empty") await empty(page);
+    else if (config.mode === "live") await live(page);
+    else if (config.mode === "binned") await binned(page);
+    else if (config.mode === "basic") await basic(page, await openTab(page));
+    else if (config.mode === "screenshot") await screenshot(page);
+    else if (config.mode === "axis") await axis(page);
+    else await full(page, context);
   }
 }
 
@@ -117,6 +134,7 @@ async function waitAttrs(f, predicate, what) {
 /** Center of cell (row, col) of the heatmap of `run`, in page coordinates. */
 async function cellCenter(f, run, row, col) {
   const canvas = f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`);
+  await canvas.scrollIntoViewIfNeeded();
   const box = await canvas.boundingBox();
   const rows = +(await canvas.getAttribute("data-rows"));
   const cols = +(await canvas.getAttribute("data-cols"));
@@ -412,7 +430,7 @@ async function interact(page, f, want) {
     const table = f.locator('[data-testid="wur-flags"] table');
     check(await table.count() === 1, "the flags are not one table");
     const heads = await table.locator("th").allInnerTexts();
-    check(JSON.stringify(heads.map((h) => h.trim().toLowerCase())) === JSON.stringify(["layer", "run", "what", "since"]), `flag table columns: ${JSON.stringify(heads)}`);
+    check(JSON.stringify(heads.map((h) => h.trim().toLowerCase())) === JSON.stringify(["layer", "run", "what", "since step"]), `flag table columns: ${JSON.stringify(heads)}`);
     const row = table.locator(`[data-testid="wur-flag"][data-tag="${config.nan_tag}"]`).first();
     check(await row.evaluate((e) => e.tagName) === "TR" && (await row.locator("td").allInnerTexts())[2].startsWith("NaN"), `the NaN layer's row: ${await row.innerText()}`);
   }
@@ -463,12 +481,12 @@ async function interact(page, f, want) {
   check(JSON.stringify(Object.keys(json).sort()) === JSON.stringify([...first.tags].sort()), `JSON tags: ${Object.keys(json)}`);
   check(Object.values(json).every((points) => points.length === first.steps.length), "JSON export lacks steps");
   const view = (await download("wur-export-view")).bytes.toString("utf8").trim().split("\n");
-  check(view[0] === "tag,first_step,last_step,logged_steps,ratio" && view.length - 1 === first.tags.length * first.steps.length, `view CSV: ${view.length - 1} rows, header ${view[0]}`);
+  check(view[0] === "tag,first_step,last_step,logged_steps,ratio,held_from_step" && view.length - 1 === first.tags.length * first.steps.length, `view CSV: ${view.length - 1} rows, header ${view[0]}`);
   {
     const [tag, step] = [first.tags[0], first.steps[4]];
     const line = view.find((l) => l.startsWith(`${tag},${step},`));
     const point = config.exports[first.run][tag].find((p) => p[1] === step);
-    check(line && line.endsWith(`,${Number(point[2]).toPrecision(3)}`), `view CSV line for ${tag} at ${step}: ${line}`);
+    check(line && line.endsWith(`,${Number(point[2]).toPrecision(3)},`), `view CSV line for ${tag} at ${step}: ${line}`); // measured: no held_from_step
   }
   const viewJson = JSON.parse((await download("wur-export-view-json")).bytes.toString("utf8"));
   check(viewJson.run === first.run && viewJson.columns.length === first.steps.length, `view JSON: ${viewJson.columns.length} columns`);
@@ -846,9 +864,15 @@ async function skippedSteps(page, f, want) {
   check(markText.includes(`step ${step}`) && markText.includes(`run ${run}`) && markText.includes("skipped step"), `tooltip of the mark: ${markText}`);
   const legend = await f.locator('[data-testid="wur-legend-skipped"]').innerText();
   check(legend.includes("skipped step"), `legend of the mark: ${legend}`);
-  // flags: the skipped step is left out of the judgement, and said so
-  const flag = await f.locator(`[data-testid="wur-flag"][data-run="${run}"]`).first().innerText();
-  check(flag.includes("1 skipped step not judged"), `flag of a run with a skipped step: ${flag}`);
+  // flags (the default judgement: no band set yet): the skipped step is left out of the
+  // judgement, and said so (/flags' text, verbatim, or the tab's words without it)
+  const flagRow = f.locator(`[data-testid="wur-flag"][data-run="${run}"]`).first();
+  const flag = await flagRow.locator(".wur-flag-what").innerText();
+  const layerTag = await flagRow.getAttribute("data-tag");
+  const answer = (config.flags_default?.[run] ?? []).find((l) => l.tag === layerTag);
+  check(answer && (answer.skipped_steps ?? 1) === 1, `/flags of ${run} ${layerTag}: ${JSON.stringify(answer)}`);
+  if (typeof answer.text === "string") check(flag === answer.text, `flag of ${run} ${layerTag}: "${flag}", /flags says "${answer.text}"`);
+  else check(flag.includes("1 skipped step not judged"), `flag of a run with a skipped step: ${flag}`);
   // the layer detail's readout at the skipped step names it
   await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
   const chart = f.locator(`[data-testid="wur-detail"][data-run="${run}"][data-tag="${w.tags[0]}"] [data-testid="wur-detail-ratio"]`);
