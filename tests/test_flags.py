@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -183,3 +184,171 @@ def test_bad_patience_is_400(agreement_logdir, patience):
     response = Backend(agreement_logdir).get("flags", run="mixed", patience=patience)
     assert response.status_code == 400
     assert "patience" in response.get_data(as_text=True)
+
+
+# --- the default judgement, rule by rule, on hand-made runs -------------------------------------
+
+M, V = "matrix", "vector"
+
+
+def run_of(rows, skipped=(), steps=None):
+    """A matrix of {tag: values} (every layer logged at every step)."""
+    n = len(next(iter(rows.values())))
+    steps = np.arange(n) if steps is None else np.asarray(steps)
+    return heatmap.RunMatrix.from_series(
+        [(tag, steps, np.asarray(v, np.float64)) for tag, v in rows.items()], skipped)
+
+
+def default(rows, kinds=None, patience=5, skipped=(), **band):
+    matrix = run_of(rows, skipped)
+    judged = flags.judge_layers(matrix, band.get("low"), band.get("high"), patience, kinds)
+    return {l["tag"]: l for l in judged}
+
+
+def flagged(rows, kinds=None, **kw):
+    return {t: (l["reason"], l["since"]) for t, l in default(rows, kinds, **kw).items()
+            if l["flagged"]}
+
+
+def test_not_moving_is_a_zero_while_the_run_moves():
+    rng = np.random.default_rng(0)
+    moving = lambda: list(1e-3 * np.exp(rng.normal(0, 0.3, 12)))  # noqa: E731
+    rows = {"a": moving(), "b": moving(), "frozen": [1e-3] * 4 + [0.0] * 8}
+    layers = default(rows)
+    assert flagged(rows) == {"frozen": ("not_moving", 4)}
+    assert layers["frozen"]["text"] == (
+        "not moving: ratio 0 (did not move) at 8 judged steps in a row from step 4 while the "
+        "run's other layers moved")
+    assert (layers["frozen"]["steps_in_a_row"], layers["frozen"]["steps_in_total"]) == (8, 8)
+    # below 1e-9 is no real movement either, and said so
+    rows["frozen"] = [1e-3] * 4 + [1e-11] * 8
+    assert "ratio below 1e-09 (no real movement" in default(rows)["frozen"]["text"]
+    # a run that stops as a whole (converged; not marked skipped) is not judged
+    assert flagged({"a": [1e-3] * 3 + [0.0] * 9, "b": [1e-3] * 3 + [0.0] * 9}) == {}
+    # nor are skipped steps, where every ratio is 0 by design
+    skipped = list(range(3, 12))
+    assert flagged({k: [1e-3] * 3 + [0.0] * 9 for k in "abc"}, skipped=skipped) == {}
+    # 4 zeros in a row are no streak of 5
+    rows["frozen"] = [1e-3, 0, 0, 0, 0, 1e-3] * 2
+    assert flagged(rows) == {}
+
+
+def test_a_converging_run_is_tiny_everywhere_at_once_and_not_flagged():
+    decay = np.logspace(-3, -8, 60)
+    rng = np.random.default_rng(1)
+    rows = {f"l{i}": decay * np.exp(rng.normal(0, 0.3, 60)) for i in range(4)}
+    assert flagged(rows, [M, M, V, V]) == {}
+    assert flagged(rows, [M, M, V, V], low=1e-4)["l0"][0] == "below_band"  # a band does flag
+
+
+def test_too_fast_is_sustained_and_a_zero_initialised_bias_is_not():
+    steps = 20
+    grows = [math.inf] + [1.0 / k for k in range(1, steps)]  # b_k = k·u: ratio 1/k
+    momentum = [math.inf] + [  # SGD momentum 0.9 on a constant gradient, from 0
+        (1 - 0.9 ** (k + 1)) / sum(1 - 0.9 ** (j + 1) for j in range(k)) for k in range(1, steps)]
+    assert sum(r >= 0.5 for r in momentum[1:]) <= 3
+    rows = {"b1": grows, "b2": momentum, "w": [1e-3] * steps,
+            "hot": [1e-3] * 5 + [0.7] * 6 + [1e-3] * 9}
+    assert flagged(rows) == {"hot": ("too_fast", 5)}
+    assert default(rows)["hot"]["text"] == (
+        "too fast: ratio at least 0.5 (updates at least half the weights' norm; median 0.7) at "
+        "6 judged steps in a row from step 5")
+
+
+def test_outliers_are_judged_against_peers_of_the_same_kind():
+    rng = np.random.default_rng(2)
+    n = 10
+    noisy = lambda level: list(level * np.exp(rng.normal(0, 0.2, n)))  # noqa: E731
+    rows = {"k1": noisy(2e-2), "k2": noisy(2e-2), "k3": noisy(2e-2),
+            "scale1": noisy(1e-4), "scale2": noisy(1e-4), "scale3": noisy(1e-4)}
+    kinds = [M, M, M, V, V, V]
+    # Adam: kernels at lr / rms(w), normalization scales at lr / 1: no defect
+    assert flagged(rows, kinds) == {}
+    # without kinds (a run written before shapes) all are peers: the scales 200x below
+    # the kernels are slow outliers of that mixed crowd only where the kernels are the most
+    assert flagged({"a": noisy(2e-2), "b": noisy(2e-2), "c": noisy(2e-2), "s": noisy(1e-4)}) == {
+        "s": ("slow_outlier", 0)}
+    # a kernel 1000x slower than the other kernels is one
+    rows["k3"] = noisy(2e-5)
+    assert flagged(rows, kinds) == {"k3": ("slow_outlier", 0)}
+    text = default(rows, kinds)["k3"]["text"]
+    assert re.match(r"slow outlier: ratio \d{3}× below the median of the run's other matrices "
+                    r"\(median ratio 2\.\d+e-05\)", text), text
+    assert text.endswith("at 10 judged steps in a row from step 0")
+    # 100x faster at 2.0 is too fast too: at the same step, the first in REASONS wins
+    rows["k3"] = noisy(2e-2 * 100)
+    assert flagged(rows, kinds)["k3"] == ("too_fast", 0)
+    assert default(rows, kinds)["k3"]["fast_outlier_since"] == 0
+    rows = {"k1": noisy(1e-4), "k2": noisy(1e-4), "k3": noisy(1e-2)}
+    assert flagged(rows, [M, M, M]) == {"k3": ("fast_outlier", 0)}
+    # two peers are needed: a pair cannot tell which one is odd
+    assert flagged({"k1": noisy(1e-4), "k3": noisy(1e-2)}, [M, M]) == {}
+    # a fast outlier of a converged run (peers ~1e-7) moving at 1e-4 is no defect
+    assert flagged({"k1": noisy(1e-7), "k2": noisy(1e-7), "k3": noisy(1e-4)}, [M, M, M]) == {}
+
+
+def test_layers_growing_from_zero_are_peers_of_each_other_only():
+    n = 30
+    from_zero = [math.inf] + [1.0 / k for k in range(1, n)]
+    rows = {"w1": [1e-3] * n, "w2": [1e-3] * n, "w3": [1e-3] * n,
+            "gamma1": [1e-4] * n, "gamma2": [1e-4] * n,
+            "beta1": from_zero, "beta2": from_zero, "beta3": from_zero}
+    kinds = [M, M, M, V, V, V, V, V]
+    # beta's 1/k is 1000x the gammas' at first: not compared
+    assert flagged(rows, kinds) == {}
+    # the +inf of a bias that first moves late (behind a zero-initialised layer) is expected
+    rows["beta3"] = [0.0] * 4 + from_zero[: n - 4]
+    assert flagged(rows, kinds) == {}
+    rows["beta3"] = [1e-4] * 4 + from_zero[: n - 4]  # it had moved: ‖b‖ back to exactly 0
+    assert flagged(rows, kinds)["beta3"] == ("inf", 4)
+
+
+def test_the_layer_kinds_must_match_the_matrix():
+    matrix = run_of({"a": [1e-3], "b": [1e-3]})
+    with pytest.raises(ValueError, match="kinds names 1 layers"):
+        flags.judge_layers(matrix, kinds=[M])
+    with pytest.raises(ValueError, match="unknown layer kind"):
+        flags.judge_layers(matrix, kinds=[M, "tensor"])
+    with pytest.raises(ValueError, match="must be below"):
+        flags.judge_layers(matrix, low=1e-2, high=1e-3)
+    with pytest.raises(ValueError, match="patience"):
+        flags.judge_layers(matrix, patience=True)
+
+
+def test_the_shape_travels_with_the_ratios_and_older_runs_fall_back(tmp_path):
+    from tb_wur_plugin import metadata
+
+    with SummaryWriter(str(tmp_path / "new")) as w:
+        for step in range(3):
+            w.add_ratios({"k": 1e-3, "b": 1e-3, "s": 1e-3}, step,
+                         shapes={"k": (3, 2), "b": [2], "s": ()})
+    with SummaryWriter(str(tmp_path / "old")) as w:  # as writers before the shape field
+        for step in range(3):
+            w.add_ratios({"k": 1e-3, "b": 1e-3, "x": 1e-3}, step, descriptions={
+                "k": metadata.ratio_description("k", [3, 2], "float32"),
+                "b": metadata.ratio_description("b", [2], "float32")})
+    answer = Backend(str(tmp_path)).json("flags", run="new")  # served
+    assert answer["layers"] == []
+    from tb_wur_plugin.read import report
+
+    with report.open_logdir(str(tmp_path), load_fast=False) as logdir:
+        assert logdir.layer_kinds("new", ("k", "b", "s")) == [M, V, V]
+        assert logdir.layer_kinds("old", ("k", "b", "x")) == [M, V, "unknown"]
+    content = metadata.parse_plugin_content(metadata.create_summary_metadata(
+        metadata.KIND_RATIO, shape=(3, 2)).plugin_data.content)
+    assert content["shape"] == [3, 2]
+    with pytest.raises(ValueError, match="only for kind"):
+        metadata.create_summary_metadata(metadata.KIND_HISTOGRAM, shape=(3,))
+    with pytest.raises(ValueError, match="bad shape"):
+        metadata.parse_plugin_content(b'{"version": 1, "kind": "ratio", "shape": [-1]}')
+    with pytest.raises(ValueError, match="bad shape"):
+        metadata.parse_plugin_content(b'{"version": 1, "kind": "ratio", "shape": "3x2"}')
+    with SummaryWriter(str(tmp_path / "bad")) as w:
+        with pytest.raises(TypeError, match="shape of 'k'"):
+            w.add_ratios({"k": 1e-3}, 0, shapes={"k": [2.5]})
+        with pytest.raises(ValueError, match="shape of 'k'"):
+            w.add_ratios({"k": 1e-3}, 0, shapes={"k": [-2]})
+        with pytest.raises(TypeError, match="mapping"):
+            w.add_ratios({"k": 1e-3}, 0, shapes=[(2,)])
+    assert metadata.shape_from_description("Weight-update ratio of a: shape [], float32") == []
+    assert metadata.shape_from_description("Weight-update ratio of a") is None
