@@ -17,18 +17,20 @@ tests/judgement_corpus.py showed):
 - ``inf``: +inf at a judged step after the layer first moved (+inf means ‖w‖ was exactly 0:
   expected once, when a zero-initialised weight first moves);
 - ``not_moving``: a ratio below `NOT_MOVING_BELOW` (0: the weights did not move at all) at
-  `patience` judged steps in a row at which the run's other layers do move (their median
-  ratio at least `RUN_MOVING_FROM`; a run that stops as a whole has converged, or skipped);
+  `patience` judged steps in a row at which the run moves (another layer's ratio at least
+  `RUN_MOVING_FROM`; a run that stops as a whole has converged, or skipped);
 - ``too_fast``: a ratio of at least `TOO_FAST_FROM` (updates half as large as the weights
   themselves) at `patience` judged steps in a row;
-- ``slow_outlier`` / ``fast_outlier``: a ratio `OUTLIER_FACTOR` times below / above the
-  median of its peers at `patience` judged steps in a row. Peers: the run's other layers of
-  the same kind at the same step (`metadata.layer_kind`: matrices, two or more dimensions;
-  vectors: biases and normalization parameters), judged, with a finite positive ratio; at
-  least `MIN_PEERS` of them, whose median is at least `RUN_MOVING_FROM` (below it a run has
-  converged and float32 rounding dominates the ratios); a fast outlier's own ratio is at least
-  `FAST_OUTLIER_FROM`. Layers of unknown kind (a run written before shapes were recorded)
-  are all each other's peers.
+- ``slow_outlier`` / ``fast_outlier``: a ratio `SLOW_OUTLIER_FACTOR` times below /
+  `FAST_OUTLIER_FACTOR` times above the median of its peers at `patience` judged steps in a
+  row. Peers: the run's other layers of the same kind at the same step (`metadata.layer_kind`:
+  matrices, two or more dimensions; vectors: biases and normalization parameters; within each,
+  the layers that grow from zero — whose first update that moved them found them at exactly 0,
+  +inf — apart from the others, as their ratio is 1/k at their k-th update whatever their
+  learning rate), judged, with a finite positive ratio; at least `MIN_PEERS` of them, whose
+  median is at least `RUN_MOVING_FROM` (below it a run has converged and float32 rounding
+  dominates the ratios); a fast outlier's own ratio is at least `FAST_OUTLIER_FROM`. Layers of
+  unknown kind (a run written before shapes were recorded) are all each other's peers.
 
 An explicit band (either edge given) adds the band rule on top: a finite ratio out of
 [low, high] at `patience` judged steps in a row: ``below_band`` or ``above_band`` (a streak
@@ -58,8 +60,8 @@ DEFAULT_REASONS = REASONS[:6]
 # A ratio below this is no real movement (an update below float32's resolution of the weights
 # leaves them as they were: the ratio is then exactly 0).
 NOT_MOVING_BELOW = 1e-9
-# The run's other layers move when their median ratio at a step is at least this; the peers'
-# median must be at least this for the outlier rules.
+# The run moves at a step when another layer's ratio is at least this; the peers' median
+# must be at least this for the outlier rules.
 RUN_MOVING_FROM = 1e-6
 # Updates at least half the weights' norm, sustained, are too fast whatever the optimizer.
 TOO_FAST_FROM = 0.5
