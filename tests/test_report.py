@@ -250,6 +250,17 @@ def test_suggestions_options_and_route(logdir, backend, capsys):
         assert _same(layer["suggested_learning_rate"], want[layer["tag"]]["suggested_learning_rate"])
         assert _same(route[layer["tag"]]["suggested_learning_rate"], want[layer["tag"]]["suggested_learning_rate"])
     assert backend.json("suggestions", run="c/eval")["has_learning_rate"] is False
+    # the route states its formula and assumption; a layer with a NaN gets no suggestion
+    a = backend.json("suggestions", run="a/train")
+    assert a["formula"] == "lr * target / ratio"
+    assert a["assumes"] == "update proportional to the learning rate (SGD, momentum, Adam, AdamW)"
+    by_tag = {l["tag"]: l for l in a["layers"]}
+    assert by_tag["net/out/bias"]["finite"] is False
+    assert by_tag["net/out/bias"]["suggested_learning_rate"] is None
+    assert by_tag["net/out/bias"]["ratio"] is not None  # its last steps alone were usable
+    # the zero-initialised bias (+inf at its first update only) keeps its suggestion
+    assert by_tag["net/dense/bias"]["finite"] is True
+    assert by_tag["net/dense/bias"]["suggested_learning_rate"] is not None
     assert backend.get("suggestions", run="nope").status_code == 404
     assert backend.get("suggestions", run="a/train", last="0").status_code == 400
 

@@ -54,8 +54,9 @@ def suggested_learning_rates(
     Returns:
         One dict per layer: tag, suggested_learning_rate (None when unknown or the layer's
         ratios are not finite), ratio and learning_rate (their geometric means over S, None
-        when S is empty), steps (|S|), finite (False when the layer has NaN at a logged step
-        or +inf after the first update that moved it).
+        when S is empty, given also where the ratios are not finite), steps (|S|), finite
+        (False when the layer has NaN at a logged step or +inf after the first update that
+        moved it).
     """
     if last < 1:
         raise ValueError(f"last must be at least 1, got {last}")
@@ -83,10 +84,10 @@ def suggested_learning_rates(
             moved = np.flatnonzero(judged[logged] & (every > 0))  # its first update that moved
             after = every[moved[0] + 1:] if len(moved) else every[:0]
             finite = not (np.any(~(every >= 0)) or np.any(after == np.inf))
-        if ok.any() and finite:
+        if ok.any():
             ratio = float(np.exp(np.mean(np.log(r[ok]))))
             rate = float(np.exp(np.mean(np.log(lr[columns][ok]))))
-            suggested = rate * target / ratio
+            suggested = rate * target / ratio if finite else None
         else:
             ratio = rate = suggested = None
         layers.append(
