@@ -283,6 +283,11 @@ def test_outliers_are_judged_against_peers_of_the_same_kind():
     assert flagged(rows, [M, M, M]) == {"k3": ("fast_outlier", 0)}
     # two peers are needed: a pair cannot tell which one is odd
     assert flagged({"k1": noisy(1e-4), "k3": noisy(1e-2)}, [M, M]) == {}
+    # among three, one 1000x slow layer is the only outlier: it drags its two healthy peers'
+    # leave-one-out medians toward itself (3x apart, each ~55x above the other's and its
+    # median), but they are not 10x from the group's median
+    rows = {"k1": noisy(1e-3), "k2": noisy(3e-3), "k3": noisy(1e-6)}
+    assert flagged(rows, [M, M, M]) == {"k3": ("slow_outlier", 0)}
     # a fast outlier of a converged run (peers ~1e-7) moving at 1e-4 is no defect
     assert flagged({"k1": noisy(1e-7), "k2": noisy(1e-7), "k3": noisy(1e-4)}, [M, M, M]) == {}
 

@@ -29,7 +29,8 @@ tests/judgement_corpus.py showed):
   +inf — apart from the others, as their ratio is 1/k at their k-th update whatever their
   learning rate), judged, with a finite positive ratio; at least `MIN_PEERS` of them, whose
   median is at least `RUN_MOVING_FROM` (below it a run has converged and float32 rounding
-  dominates the ratios); a fast outlier's own ratio is at least `FAST_OUTLIER_FROM`. Layers of
+  dominates the ratios); it is also `OUTLIER_CONFIRM_FACTOR` times away from the median of its
+  group, itself included; a fast outlier's own ratio is at least `FAST_OUTLIER_FROM`. Layers of
   unknown kind (a run written before shapes were recorded) are all each other's peers.
 
 An explicit band (either edge given) adds the band rule on top: a finite ratio out of
@@ -71,6 +72,9 @@ FAST_OUTLIER_FACTOR = 40.0
 # A fast outlier's own ratio is at least this (a layer still moving when the rest of a run has
 # converged is no defect).
 FAST_OUTLIER_FROM = 1e-3
+# An outlier is also at least this many times away from the median of its group, itself
+# included (so that in a group of three, the healthy two are not outliers of the third).
+OUTLIER_CONFIRM_FACTOR = 10.0
 # Peers needed to call a layer an outlier (with one, which of the two is odd is unknown).
 MIN_PEERS = 2
 
@@ -168,14 +172,21 @@ def judge_layers(
     groups = [(k, z) for k, z in zip(kinds, from_zero)]
     # the peers' median of log10 ratio, per layer and step (NaN: too few peers)
     peer_log = np.full(v.shape, np.nan)
+    # and the group's median, the layer included (NaN: too few layers)
+    group_log = np.full(v.shape, np.nan)
     for group in set(groups):
         rows = [i for i, g in enumerate(groups) if g == group]
         peer_log[rows] = _leave_one_out_median(log_v[rows], min_others=MIN_PEERS)
+        group_log[rows] = _group_median(log_v[rows], min_layers=MIN_PEERS + 1)
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         gap = log_v - peer_log  # log10 of ratio / peers' median
-        slow = peers_ok & (gap <= -np.log10(SLOW_OUTLIER_FACTOR))
-        fast = peers_ok & (gap >= np.log10(FAST_OUTLIER_FACTOR)) & (v >= FAST_OUTLIER_FROM)
+        # the gap to the group's median confirms it: among a few layers, one odd layer drags
+        # the others' leave-one-out median toward itself and makes them look odd too
+        confirmed = np.abs(log_v - group_log) >= np.log10(OUTLIER_CONFIRM_FACTOR)
+        slow = peers_ok & confirmed & (gap <= -np.log10(SLOW_OUTLIER_FACTOR))
+        fast = (peers_ok & confirmed & (gap >= np.log10(FAST_OUTLIER_FACTOR))
+                & (v >= FAST_OUTLIER_FROM))
         still = finite & (v < NOT_MOVING_BELOW)
         too_fast = finite & (v >= TOO_FAST_FROM)
 
@@ -373,6 +384,16 @@ def _leave_one_out_max(values: np.ndarray) -> np.ndarray:
     best = np.where(np.arange(n_rows)[:, None] == top[None, :], filled[second, cols][None, :],
                     filled[top, cols][None, :])
     return np.where(np.isinf(best) & (best < 0), np.nan, best)
+
+
+def _group_median(values: np.ndarray, min_layers: int) -> np.ndarray:
+    """float64[L, S]: at each (i, j), the median of column j's non-NaN values over all rows,
+    row i included; NaN where there are fewer than `min_layers` of them."""
+    out = np.full(values.shape, np.nan)
+    enough = (~np.isnan(values)).sum(axis=0) >= min_layers
+    if enough.any():
+        out[:, enough] = np.nanmedian(values[:, enough], axis=0)[None, :]
+    return out
 
 
 def _leave_one_out_median(values: np.ndarray, min_others: int = 1) -> np.ndarray:
