@@ -54,6 +54,25 @@ Series kinds (``kind`` in the plugin content, a JSON object):
 Scalars are float32 because TensorBoard's fast loader reads no other scalar type; a positive
 value below float32's range is stored as its smallest positive value, never as 0.
 
+Packed series (protocol version 3): the writers of whole steps (`watch`, the callback,
+`SummaryWriter.add_ratios` / `add_histograms`, PyTorch `watch`, JAX `log_update_ratios`, TF1
+`compat.v1`) write all the layers of a logged step as one tensor per chunk of at most
+``MAX_PACKED_LAYERS`` layers (``DATA_CLASS_TENSOR``), instead of one scalar per layer: a
+data server keeps one record per (tag, step), so a step then costs one record per chunk.
+- ``packed_ratios``: tag ``packed_ratios_tag(layers, offset)`` (``_wur/ratios/`` and a
+  digest of the chunk's layers and offset: a new tag whenever the set of layers changes).
+  The plugin content names the chunk's layers in order (``"layers"``: ``{"tag", "shape",
+  "description"}`` each, ``shape`` optional) and ``"offset"``, the position of its first
+  layer among all layers of the step (model order: ``offset + i``). Each step's value is a
+  float32 vector of ``len(layers) + 1``: the layers' ratios in that order, then the
+  skipped-step marker of the step (1 or 0, as ``skipped_step`` below).
+- ``packed_histograms``: tag ``packed_histograms_tag(layers, offset)``
+  (``_wur/histograms/``), the same content (layers' tags only) plus the histogram layout;
+  each step's value is a uint8 vector: the ``len(layers) × NUM_BUCKETS`` counts, layer after
+  layer, as the varints of a version-2 histogram (`encode_packed_histograms`).
+TensorBoard reads a tag's metadata from its first event only, so the layers of a packed tag
+never change; the reader reads packed and per-tag series of one run side by side.
+
 Metadata once: a writer writes a tag's `SummaryMetadata` with the tag's first value in
 each event file only (as TF1's `FileWriter.add_summary` does); TensorBoard takes a series'
 metadata from its first occurrence. Readers still accept files that repeat it at every
@@ -64,6 +83,8 @@ Tags the project chooses itself start with ``RESERVED_TAG_PREFIX``; no ratio tag
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 from typing import Any, Iterable, Sequence
@@ -76,7 +97,10 @@ PLUGIN_NAME = "wur"
 # Version 1: JSON plugin content, histogram layout below, int64 counts.
 # Version 2: histograms' counts as varints in a uint8 vector (`encode_histogram`); the
 # other kinds are still written as version 1 (unchanged), so that older readers read them.
-PROTOCOL_VERSION = 2
+# Version 3: the packed kinds (a step's layers in one tensor per chunk); the per-tag kinds
+# that `wur_summary.scalar` / `histogram` still write keep their versions.
+PROTOCOL_VERSION = 3
+PACKED_VERSION = 3
 # The histogram version writers write (1 or 2). Readers read both whatever this says.
 HISTOGRAM_WRITE_VERSION = 2
 HISTOGRAM_ENCODING_VARINT = "varint"
@@ -86,12 +110,22 @@ KIND_HISTOGRAM = "histogram"
 KIND_LEARNING_RATE = "learning_rate"
 KIND_SKIPPED_STEP = "skipped_step"
 KIND_LINE_SEARCH = "line_search"
-KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP, KIND_LINE_SEARCH)
+KIND_PACKED_RATIOS = "packed_ratios"
+KIND_PACKED_HISTOGRAMS = "packed_histograms"
+PACKED_KINDS = (KIND_PACKED_RATIOS, KIND_PACKED_HISTOGRAMS)
+KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP, KIND_LINE_SEARCH,
+         *PACKED_KINDS)
+# The most layers one packed tensor holds: a step of more layers is written as several
+# chunks, so that one tag's points (all its steps are read in one gRPC answer of at most
+# 256 MiB in TensorBoard's fast loader) stay within ~100 MiB for 100,000 steps.
+MAX_PACKED_LAYERS = 256
 
 RESERVED_TAG_PREFIX = "_wur/"
 LEARNING_RATE_TAG = RESERVED_TAG_PREFIX + "learning_rate"
 SKIPPED_STEP_TAG = RESERVED_TAG_PREFIX + "skipped_step"
 _HISTOGRAM_TAG_PREFIX = RESERVED_TAG_PREFIX + "histogram/"
+_PACKED_RATIOS_TAG_PREFIX = RESERVED_TAG_PREFIX + "ratios/"
+_PACKED_HISTOGRAMS_TAG_PREFIX = RESERVED_TAG_PREFIX + "histograms/"
 
 # The series of the line search (kind KIND_LINE_SEARCH), in the order they are written.
 LINE_SEARCH_STEP_SIZE = "step_size"
@@ -294,7 +328,30 @@ def parse_plugin_content(content: bytes) -> dict[str, Any]:
             raise ValueError(f"wur plugin content has a bad shape: {e}") from None
     if parsed["kind"] == KIND_LINE_SEARCH and parsed.get("series") not in LINE_SEARCH_SERIES:
         raise ValueError(f"wur line-search content has a bad series: {parsed.get('series')!r}")
+    if parsed["kind"] in PACKED_KINDS:
+        _check_packed_content(parsed)
     return parsed
+
+
+def _check_packed_content(parsed: dict[str, Any]) -> None:
+    """Raise a ValueError unless `parsed` is a packed series' content as written."""
+    if parsed["version"] < PACKED_VERSION:
+        raise ValueError(f"a packed series has version {PACKED_VERSION}, got {parsed['version']}")
+    offset, layers = parsed.get("offset"), parsed.get("layers")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"wur packed content has a bad offset: {offset!r}")
+    if not isinstance(layers, list) or not 1 <= len(layers) <= MAX_PACKED_LAYERS:
+        raise ValueError(f"wur packed content lists no valid layers: {layers!r:.80}")
+    for entry in layers:
+        if not isinstance(entry, dict) or not isinstance(entry.get("tag"), str) or not entry["tag"]:
+            raise ValueError(f"wur packed content has a bad layer: {entry!r:.80}")
+        if entry.get("shape") is not None:
+            try:
+                entry["shape"] = checked_shape(entry["shape"])
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"wur packed content has a bad shape: {e}") from None
+        if not isinstance(entry.get("description", ""), str):
+            raise ValueError(f"wur packed content has a bad description: {entry!r:.80}")
 
 
 def checked_shape(shape: Any) -> list[int]:
@@ -346,12 +403,7 @@ def encode_histogram(counts: Any) -> bytes:
     c = np.asarray(counts)
     if c.shape != (NUM_BUCKETS,) or not (np.issubdtype(c.dtype, np.integer)):
         raise ValueError(f"counts must be integers of shape [{NUM_BUCKETS}], got {c.dtype} {c.shape}")
-    c = c.astype(np.uint64)
-    k = np.arange(10, dtype=np.uint64)
-    groups = (c[:, None] >> (np.uint64(7) * k)) & np.uint64(0x7F)
-    length = 1 + np.sum((c[:, None] >> (np.uint64(7) * k[1:])) > 0, axis=1)
-    groups |= np.where(k < (length[:, None] - 1), np.uint64(0x80), np.uint64(0))
-    return groups[k < length[:, None]].astype(np.uint8).tobytes()
+    return _varints(c)
 
 
 def decode_histogram(stored: Any) -> np.ndarray:
@@ -370,24 +422,182 @@ def decode_histogram(stored: Any) -> np.ndarray:
     if array.ndim != 1:
         raise ValueError(f"a stored histogram is a vector, got shape {array.shape}")
     if array.dtype == np.uint8:
-        b = array.astype(np.int64)
-        ends = np.flatnonzero(b < 0x80)
-        if len(ends) != NUM_BUCKETS or ends[-1] != len(b) - 1:
-            raise ValueError(
-                f"a version-2 histogram holds {NUM_BUCKETS} varints, got {len(ends)} "
-                f"in {len(b)} bytes"
-            )
-        starts = np.concatenate([[0], ends[:-1] + 1])
-        position = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)
-        if position.max() > 8:
-            raise ValueError("a version-2 histogram holds a count of more than 63 bits")
-        return np.add.reduceat((b & 0x7F) << (7 * position), starts).astype(np.int64)
+        return _decode_varints(array, NUM_BUCKETS, "a version-2 histogram")
     if np.issubdtype(array.dtype, np.integer) and len(array) == NUM_BUCKETS:
         return array.astype(np.int64)
     raise ValueError(
         f"a stored histogram is int64[{NUM_BUCKETS}] (version 1) or uint8 varints "
         f"(version 2), got {array.dtype} of length {len(array)}"
     )
+
+
+def _varints(counts: np.ndarray) -> bytes:
+    """Each of `counts` (non-negative integers, any shape, in C order) as a protobuf varint."""
+    c = counts.reshape(-1).astype(np.uint64)
+    k = np.arange(10, dtype=np.uint64)
+    groups = (c[:, None] >> (np.uint64(7) * k)) & np.uint64(0x7F)
+    length = 1 + np.sum((c[:, None] >> (np.uint64(7) * k[1:])) > 0, axis=1)
+    groups |= np.where(k < (length[:, None] - 1), np.uint64(0x80), np.uint64(0))
+    return groups[k < length[:, None]].astype(np.uint8).tobytes()
+
+
+def _decode_varints(stored: np.ndarray, count: int, what: str) -> np.ndarray:
+    """The `count` varints of the uint8 vector `stored`, int64[count]."""
+    b = stored.astype(np.int64)
+    ends = np.flatnonzero(b < 0x80)
+    if len(ends) != count or (count and ends[-1] != len(b) - 1) or (not count and len(b)):
+        raise ValueError(f"{what} holds {count} varints, got {len(ends)} in {len(b)} bytes")
+    if not count:
+        return np.zeros(0, np.int64)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    position = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)
+    if position.max() > 8:
+        raise ValueError(f"{what} holds a count of more than 63 bits")
+    return np.add.reduceat((b & 0x7F) << (7 * position), starts).astype(np.int64)
+
+
+# --- packed series (protocol version 3) ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedLayer:
+    """One layer of a packed series: its tag, its variable's shape (None: not known) and
+    the description of its ratio series (None: `ratio_description(tag)`)."""
+
+    tag: str
+    shape: tuple[int, ...] | None = None
+    description: str | None = None
+
+    def described(self) -> str:
+        """The description shown with the layer's ratios."""
+        return self.description if self.description is not None else ratio_description(self.tag)
+
+
+def packed_chunks(count: int) -> list[tuple[int, int]]:
+    """[(offset, end)] of the chunks a step of `count` layers is written in, in order: at
+    most ``MAX_PACKED_LAYERS`` layers each, layers [offset, end)."""
+    return [(o, min(o + MAX_PACKED_LAYERS, count)) for o in range(0, count, MAX_PACKED_LAYERS)]
+
+
+def _packed_content(kind: str, layers: Sequence[PackedLayer], offset: int) -> dict[str, Any]:
+    if kind not in PACKED_KINDS:
+        raise ValueError(f"not a packed kind: {kind!r}; expected one of {PACKED_KINDS}")
+    if not layers or len(layers) > MAX_PACKED_LAYERS:
+        raise ValueError(
+            f"a packed series holds 1 to {MAX_PACKED_LAYERS} layers, got {len(layers)}"
+        )
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"a packed series' offset is a non-negative int, got {offset!r}")
+    entries = []
+    for layer in layers:
+        check_layer_tag(layer.tag)
+        entry: dict[str, Any] = {"tag": layer.tag}
+        if kind == KIND_PACKED_RATIOS:
+            if layer.shape is not None:
+                entry["shape"] = checked_shape(layer.shape)
+            entry["description"] = layer.described()
+        entries.append(entry)
+    content: dict[str, Any] = {
+        "version": PACKED_VERSION, "kind": kind, "offset": offset, "layers": entries,
+    }
+    if kind == KIND_PACKED_HISTOGRAMS:
+        content.update(
+            log10_min=LOG10_MIN, log10_max=LOG10_MAX, bins_per_decade=BINS_PER_DECADE,
+            encoding=HISTOGRAM_ENCODING_VARINT,
+        )
+    return content
+
+
+def packed_tag(kind: str, layers: Sequence[PackedLayer], offset: int) -> str:
+    """The tag of a packed series (`kind`: one of ``PACKED_KINDS``) of `layers` starting at
+    `offset`: ``_wur/ratios/`` or ``_wur/histograms/`` and a digest of its plugin content,
+    so that another set of layers (or shapes, or descriptions) gets another tag."""
+    content = _packed_content(kind, layers, offset)
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()
+    prefix = _PACKED_RATIOS_TAG_PREFIX if kind == KIND_PACKED_RATIOS else _PACKED_HISTOGRAMS_TAG_PREFIX
+    return prefix + digest[:20]
+
+
+def create_packed_metadata(
+    kind: str, layers: Sequence[PackedLayer], offset: int
+) -> summary_pb2.SummaryMetadata:
+    """The `SummaryMetadata` of a packed series (see `packed_tag`), ``DATA_CLASS_TENSOR``.
+
+    Raises:
+      ValueError: `kind` is not packed, `layers` is empty or longer than
+        ``MAX_PACKED_LAYERS``, a tag is empty or reserved, `offset` is negative.
+      TypeError: a tag is not a str or a shape not a sequence of ints.
+    """
+    content = _packed_content(kind, layers, offset)
+    return summary_pb2.SummaryMetadata(
+        summary_description=f"tb-wur-plugin: {len(layers)} layers from layer {offset} ({kind})",
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(content, sort_keys=True).encode("utf-8"),
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def packed_layers(content: dict[str, Any]) -> list[PackedLayer]:
+    """The layers a packed series' parsed plugin content (`parse_plugin_content`) names."""
+    return [
+        PackedLayer(
+            entry["tag"],
+            tuple(entry["shape"]) if entry.get("shape") is not None else None,
+            entry.get("description"),
+        )
+        for entry in content["layers"]
+    ]
+
+
+def encode_packed_ratios(ratios: Any, skipped: bool) -> bytes:
+    """The stored value of one step of a ``packed_ratios`` series: `ratios` (float32, one
+    per layer of the chunk) and the skipped-step marker, as the bytes of a float32 vector
+    (little-endian: a `TensorProto`'s ``tensor_content``)."""
+    values = np.asarray(ratios, dtype=np.float32).reshape(-1)
+    return np.append(values, np.float32(1.0 if skipped else 0.0)).astype("<f4").tobytes()
+
+
+def decode_packed_ratios(stored: Any, layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ratios float32[S, layers], skipped bool[S]) of `stored`: one step's value
+    (float32[layers + 1]) or S steps' values stacked (float32[S, layers + 1]).
+
+    Raises:
+      ValueError: `stored` is not float32 values of that length.
+    """
+    array = np.asarray(stored)
+    if array.dtype != np.float32 or array.ndim not in (1, 2) or array.shape[-1] != layers + 1:
+        raise ValueError(
+            f"a packed ratios value of {layers} layers is float32[{layers + 1}], got "
+            f"{array.dtype}{list(array.shape)}"
+        )
+    array = array.reshape(-1, layers + 1)
+    return array[:, :layers], array[:, layers] >= 0.5
+
+
+def encode_packed_histograms(counts: Any) -> bytes:
+    """The stored value of one step of a ``packed_histograms`` series: `counts` (integers
+    [layers, NUM_BUCKETS]) as varints, layer after layer (the bytes of a uint8 vector)."""
+    c = np.asarray(counts)
+    if c.ndim != 2 or c.shape[1] != NUM_BUCKETS or not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(
+            f"counts must be integers of shape [layers, {NUM_BUCKETS}], got {c.dtype} {c.shape}"
+        )
+    return _varints(c)
+
+
+def decode_packed_histograms(stored: Any, layers: int) -> np.ndarray:
+    """The counts int64[layers, NUM_BUCKETS] of one step of a ``packed_histograms`` series.
+
+    Raises:
+      ValueError: `stored` is not a uint8 vector of that many varints.
+    """
+    array = np.asarray(stored)
+    if array.dtype != np.uint8 or array.ndim != 1:
+        raise ValueError(f"a packed histograms value is a uint8 vector, got {array.dtype}{list(array.shape)}")
+    counts = _decode_varints(array, layers * NUM_BUCKETS, f"a packed histogram of {layers} layers")
+    return counts.reshape(layers, NUM_BUCKETS)
 
 
 # --- the descriptions writers give their series (shown in TensorBoard) ---------------------
