@@ -2,10 +2,10 @@
 summaries from plain numbers and numpy arrays and appends them to an event file with
 TensorBoard's own record writer, for training in PyTorch, JAX or anything else.
 
-What it writes reads exactly as what `wur_summary.watch` writes: the same tags, summary
-metadata (`metadata.create_summary_metadata`, with the ratios' order as `index`; each tag's
-in the first event of it in the file only), float32 ratios, histogram counts on the
-protocol's edges (in `metadata.HISTOGRAM_WRITE_VERSION`), and the skipped-step marker.
+What it writes reads exactly as what `wur_summary.watch` writes: a step's ratios and its
+skipped-step marker as one packed float32 tensor per chunk of layers, its histograms as one
+packed tensor of varint counts per chunk (`metadata`'s packed kinds; each tag's metadata in
+the first event of it in the file only), the learning rate as a float32 scalar.
 
     with SummaryWriter("logs/run1") as writer:
         writer.add_ratios({"fc1/weight": 1.2e-3, "fc1/bias": 3e-4}, step=100)
@@ -15,6 +15,7 @@ protocol's edges (in `metadata.HISTOGRAM_WRITE_VERSION`), and the skipped-step m
 
 from __future__ import annotations
 
+import functools
 import itertools
 import numbers
 import operator
@@ -63,16 +64,26 @@ class SummaryWriter:
     Args:
       logdir: the run's directory (a str or path-like).
       filename_suffix: appended to the event file's name.
+      packed: True (default): each step's ratios and histograms as packed tensors (protocol
+        version 3). False: one scalar per layer and step, and one histogram per layer
+        (`metadata.HISTOGRAM_WRITE_VERSION`), as protocol version 2 wrote them, for readers
+        older than tb-wur-plugin's protocol version 3 (and for comparisons).
     """
 
-    def __init__(self, logdir: str | os.PathLike, filename_suffix: str = "") -> None:
+    def __init__(
+        self, logdir: str | os.PathLike, filename_suffix: str = "", *, packed: bool = True
+    ) -> None:
         logdir = os.fspath(logdir)
         if not isinstance(logdir, str) or not logdir:
             raise TypeError(f"logdir must be a non-empty str or path, got {logdir!r}")
+        if not isinstance(packed, bool):
+            raise TypeError(f"packed must be a bool, got {packed!r}")
+        self._packed = packed
         self._logdir = logdir
         self._lock = threading.Lock()
         self._local = "://" not in logdir
         self._prefixes: dict[tuple, bytes] = {}
+        self._packed_tags: dict[tuple, str] = {}
         self._described: set[str] = set()  # tags whose metadata this file holds
         self._file, self._path = _open_event_file(logdir, filename_suffix, self._local)
         self._add_event = None
@@ -91,10 +102,12 @@ class SummaryWriter:
         """A writer whose events go to `add_event` (another writer's event file), flushed by
         `flush`; its `close()` only flushes."""
         self = cls.__new__(cls)
+        self._packed = True
         self._logdir = logdir
         self._lock = threading.Lock()
         self._local = False
         self._prefixes = {}
+        self._packed_tags = {}
         self._described = set()
         self._file = None
         self._path = None
@@ -163,10 +176,25 @@ class SummaryWriter:
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
         describe = _describer(descriptions, metadata.ratio_description)
         shape_of = _shapes(shapes)
+        stored = [to_stored_scalar(value) for _, value in values]
+        if self._packed:
+            layers = [
+                metadata.PackedLayer(tag, shape_of(tag), describe(tag)) for tag, _ in values
+            ]
+            ratios = np.array(stored, np.float32)
+            parts, tags = [], []
+            for offset, end in metadata.packed_chunks(len(layers)):
+                tag, part = self._packed_value(
+                    metadata.KIND_PACKED_RATIOS, layers[offset:end], offset, _DT_FLOAT,
+                    metadata.encode_packed_ratios(ratios[offset:end], skipped),
+                )
+                parts.append(part)
+                tags.append(tag)
+            self._write_summary(b"".join(parts), step, wall_time, tags)
+            return
         parts = [
-            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, to_stored_scalar(value),
-                         shape_of(tag))
-            for index, (tag, value) in enumerate(values)
+            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, value, shape_of(tag))
+            for index, ((tag, _), value) in enumerate(zip(values, stored))
         ]
         parts.append(self._scalar(
             metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
@@ -204,12 +232,25 @@ class SummaryWriter:
         step = _check_step(step)
         items = _check_mapping(histograms, "histograms")
         describe = _describer(descriptions, metadata.histogram_description)
-        parts = []
-        for tag, data in items:
-            counts = data.counts if isinstance(data, Counts) else bucket_counts(
-                _float_array(data, f"histogram of {tag!r}")
-            )
-            parts.append(self._counts(tag, describe(tag), counts))
+        counts = [
+            data.counts if isinstance(data, Counts)
+            else bucket_counts(_float_array(data, f"histogram of {tag!r}"))
+            for tag, data in items
+        ]
+        if self._packed:
+            layers = [metadata.PackedLayer(tag) for tag, _ in items]
+            stacked = np.stack(counts)
+            parts, tags = [], []
+            for offset, end in metadata.packed_chunks(len(layers)):
+                tag, part = self._packed_value(
+                    metadata.KIND_PACKED_HISTOGRAMS, layers[offset:end], offset, _DT_UINT8,
+                    metadata.encode_packed_histograms(stacked[offset:end]),
+                )
+                parts.append(part)
+                tags.append(tag)
+            self._write_summary(b"".join(parts), step, wall_time, tags)
+            return
+        parts = [self._counts(tag, describe(tag), c) for (tag, _), c in zip(items, counts)]
         self._write_summary(
             b"".join(parts), step, wall_time, [metadata.histogram_tag(tag) for tag, _ in items]
         )
@@ -273,6 +314,30 @@ class SummaryWriter:
 
     # --- internals ----------------------------------------------------------------------
 
+    def _packed_value(
+        self, kind: str, layers: list[metadata.PackedLayer], offset: int, dtype: int, data: bytes
+    ) -> tuple[str, bytes]:
+        """(tag, the `Summary.value` entry) of one chunk of a packed series: a vector of
+        `dtype` whose bytes are `data` as `tensor_content`, with the tag's metadata the
+        first time this file holds the tag. The tag and its constant head are cached by
+        the chunk's layers."""
+        key = (kind, offset, tuple(layers))
+        tag = self._packed_tags.get(key)
+        if tag is None:
+            if len(self._packed_tags) > 10_000:  # layer sets that change at every step
+                self._packed_tags.clear()
+            tag = self._packed_tags[key] = metadata.packed_tag(kind, layers, offset)
+        first = tag not in self._described
+        head = self._prefixes.get((tag, first))
+        if head is None:
+            summary_metadata = (
+                metadata.create_packed_metadata(kind, layers, offset) if first else None
+            )
+            head = self._cache((tag, first), summary_pb2.Summary.Value(
+                tag=tag, metadata=summary_metadata).SerializeToString())
+        fields = _vector_fields(dtype, len(data) // _ITEM_BYTES[dtype], len(data))
+        return tag, _entry(head, fields, data)
+
     def _scalar(self, tag: str, kind: str, description: str | None, index: int | None,
                 value: np.float32, shape: tuple[int, ...] | None = None) -> bytes:
         """The `Summary.value` entry of a float32 scalar, as `watch` writes it: TensorProto
@@ -307,14 +372,7 @@ class SummaryWriter:
         if version == 1:
             return _entry(head, _COUNTS_FIELDS, np.ascontiguousarray(counts, dtype="<i8").tobytes())
         data = metadata.encode_histogram(counts)
-        fields = _VARINT_FIELDS.get(len(data))
-        if fields is None:
-            fields = _VARINT_FIELDS.setdefault(len(data), tensor_pb2.TensorProto(
-                dtype=4,  # DT_UINT8
-                tensor_shape=tensor_shape_pb2.TensorShapeProto(
-                    dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(data))]
-                ),
-            ).SerializeToString() + b"\x22" + varint(len(data)))
+        fields = _vector_fields(_DT_UINT8, len(data), len(data))
         return _entry(head, fields, data)
 
     def _cache(self, key: tuple, prefix: bytes) -> bytes:
@@ -407,11 +465,25 @@ def _entry(head: bytes, tensor_fields: bytes, data: bytes) -> bytes:
             + tensor_header + tensor_fields + data)
 
 
+_DT_FLOAT, _DT_UINT8 = 1, 4
+_ITEM_BYTES = {_DT_FLOAT: 4, _DT_UINT8: 1}
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector_fields(dtype: int, length: int, data_bytes: int) -> bytes:
+    """TensorProto {dtype, tensor_shape [length]} and the header of its `tensor_content`
+    (field 4) of `data_bytes` bytes, which follow."""
+    return tensor_pb2.TensorProto(
+        dtype=dtype,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=length)]
+        ),
+    ).SerializeToString() + b"\x22" + varint(data_bytes)
+
+
 # TensorProto {dtype: DT_FLOAT, tensor_shape: {}, float_val: [x]}, x packed (field 5)
 _SCALAR_FIELDS = b"\x08\x01" + b"\x12\x00" + b"\x2a\x04"
 _COUNTS_BYTES = metadata.NUM_BUCKETS * 8
-# version-2 histograms: TensorProto {DT_UINT8, [L]} and the tensor_content header, by L
-_VARINT_FIELDS: dict[int, bytes] = {}
 # TensorProto {dtype: DT_INT64, tensor_shape: [NUM_BUCKETS]} and the tensor_content header
 _COUNTS_FIELDS = tensor_pb2.TensorProto(
     dtype=9,  # DT_INT64

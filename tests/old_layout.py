@@ -4,12 +4,12 @@ from tb_wur_plugin.writer import SummaryWriter
 
 
 class OldLayoutWriter(SummaryWriter):
-    """The TF-free writer as it wrote before protocol version 2: every tag's metadata at
-    every step (its set of described tags stays empty). Histograms follow
+    """The TF-free writer as it wrote before protocol version 2: one scalar per layer and
+    step (`packed=False`), every tag's metadata at every step (its set of described tags stays empty). Histograms follow
     `metadata.HISTOGRAM_WRITE_VERSION`, which the caller sets to 1 for the old layout."""
 
     def __init__(self, logdir):
-        super().__init__(logdir)
+        super().__init__(logdir, packed=False)
         self._described = _Forgetful()
 
 
