@@ -17,7 +17,7 @@ setup(
         "google-crc32c>=1.5",  # event-file checksums without TensorFlow
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "pytest-xdist==3.8.0"],  # scripts/test.sh runs in parallel; tests/conftest.py subclasses its scheduler
+        "test": ["pytest>=7", "hypothesis>=6", "pytest-xdist==3.8.0", "pandas>=2"],  # scripts/test.sh runs in parallel; tests/conftest.py subclasses its scheduler
         "demo": ["scikit-learn>=1.0"],
         "torch": ["torch==2.13.0"],  # tb_wur_plugin.torch
         "jax": ["jax", "optax"],  # tb_wur_plugin.jax

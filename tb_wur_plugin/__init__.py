@@ -1,3 +1,12 @@
 """tb-wur-plugin: per-layer weight-update ratios ‖Δw‖ / ‖w‖ in TensorBoard."""
 
 __version__ = "0.1.0"
+
+
+def read_ratios(logdir, run=None, **kwargs):
+    """The weight-update ratios of a logdir as a pandas DataFrame (columns run, tag, step,
+    wall_time, ratio; a dict of numpy arrays without pandas), whatever layout wrote them.
+    See `tb_wur_plugin.read.ratio_table.read_ratios` for the arguments."""
+    from tb_wur_plugin.read.ratio_table import read_ratios as read
+
+    return read(logdir, run, **kwargs)

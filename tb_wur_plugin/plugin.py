@@ -198,21 +198,19 @@ class WURPlugin(base_plugin.TBPlugin):
         Answers from each run's step index (cached); a run whose index is not current has
         its matrix read, and cached for the heatmap that usually follows.
         """
-        scalars = self._data.list_scalars(ctx, experiment)
-        tensors = self._data.list_tensors(ctx, experiment)
+        scalars, tensors, listings = self._data.listings(ctx, experiment)
         runs = []
-        for run in sorted(set(scalars) | set(tensors)):
+        for run, listing in listings.items():
             series = scalars.get(run, {})
-            listing = run_data.RunListing.of(series)
             histogram_layers = {
                 metadata.layer_of_histogram_tag(tag)
                 for tag in run_data.of_kind(tensors.get(run, {}), metadata.KIND_HISTOGRAM)
-            }
+            } | set(listing.histogram_layers())
             index = self._data.step_index(ctx, experiment, run, listing)
             layers = [
                 {
                     "tag": tag,
-                    "description": listing.ratios[tag].description,
+                    "description": listing.description(tag),
                     "first_step": int(first),
                     "last_step": int(last),
                     "logged_steps": int(logged),
@@ -304,9 +302,8 @@ class WURPlugin(base_plugin.TBPlugin):
         were flagged since. `low`/`high` in the answer: the band judged against, both None
         for the default judgement."""
         band = flags.band_of(low, high)
-        scalars = self._data.list_scalars(ctx, experiment, [run])
         (matrix,) = self._matrices(ctx, experiment, [run])
-        kinds = run_data.layer_kinds(run_data.RunListing.of(scalars.get(run, {})), matrix.tags)
+        kinds = run_data.layer_kinds(self._data.listing(ctx, experiment, run), matrix.tags)
         return {
             "run": run,
             "low": band[0] if band else None,
@@ -320,43 +317,45 @@ class WURPlugin(base_plugin.TBPlugin):
     def series_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str
     ) -> dict:
-        """Every kept point of one wur scalar series (a ratio, the learning rate or the
-        skipped-step marker), by step; points of one step in the order written."""
-        series = self._data.list_scalars(ctx, experiment, [run]).get(run, {}).get(tag)
-        if series is None:
+        """Every kept point of one wur scalar series (a layer's ratios, whatever their
+        layout, the learning rate or the skipped-step marker), by step; points of one step
+        in the order written."""
+        scalars, _, listings = self._data.listings(ctx, experiment, [run])
+        listing = listings.get(run) or run_data.RunListing({}, None)
+        series = scalars.get(run, {}).get(tag)
+        if tag in listing.layers:
+            kind, description = metadata.KIND_RATIO, listing.description(tag)
+            columns = self._data.layer_columns(ctx, experiment, run, listing, [tag]).get(tag)
+        elif tag == metadata.SKIPPED_STEP_TAG and (listing.marker or listing.packed):
+            kind, description = metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION
+            columns = self._data.marker_columns(ctx, experiment, run, listing)
+        elif series is not None and run_data.kind(series) is not None:
+            kind, description = run_data.kind(series), series.description
+            columns = self._data.read_scalar_columns(ctx, experiment, run, [tag]).get(tag)
+        else:
             raise errors.NotFoundError(f"no wur series {shown(tag)} in run {shown(run)}")
-        points = self._data.read_scalars(ctx, experiment, run, [tag]).get(tag)
-        if points is None:  # listed, then gone: the run was deleted meanwhile
+        if columns is None:  # listed, then gone: the run was deleted meanwhile
             raise errors.NotFoundError(f"no wur series {shown(tag)} in run {shown(run)}")
-        points = run_data.by_step(points)
+        steps, wall_times, values = columns
+        order = np.argsort(steps, kind="stable")  # a step written twice: in the order written
         return {
             "run": run,
             "tag": tag,
-            "kind": run_data.kind(series),
-            "description": series.description,
-            "steps": [p.step for p in points],
-            "wall_times": [p.wall_time for p in points],
-            "values": [p.value for p in points],
+            "kind": kind,
+            "description": description,
+            "steps": steps[order].tolist(),
+            "wall_times": wall_times[order].tolist(),
+            "values": values[order].tolist(),
         }
 
     def histograms_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str
     ) -> dict:
         """Every kept histogram of the elementwise ratios of layer `tag`, by step."""
-        histogram_tag = metadata.histogram_tag(tag)
-        series = self._data.list_tensors(ctx, experiment, [run]).get(run, {}).get(histogram_tag)
-        if series is None or run_data.kind(series) != metadata.KIND_HISTOGRAM:
+        histograms = self._data.layer_histograms(ctx, experiment, run, tag)
+        if histograms is None:
             raise errors.NotFoundError(f"no histograms of layer {shown(tag)} in run {shown(run)}")
-        points = self._data.read_tensors(ctx, experiment, run, [histogram_tag]).get(histogram_tag)
-        if points is None:  # listed, then gone: the run was deleted meanwhile
-            raise errors.NotFoundError(f"no histograms of layer {shown(tag)} in run {shown(run)}")
-        points = run_data.by_step(points)
-        try:  # version 1 (int64 counts) or 2 (varints), by each value's dtype
-            counts = [metadata.decode_histogram(p.numpy).tolist() for p in points]
-        except ValueError:
-            raise errors.NotFoundError(
-                f"histograms of {shown(tag)} in run {shown(run)} are malformed"
-            ) from None
+        steps, wall_times, counts = histograms
         return {
             "run": run,
             "tag": tag,
@@ -369,9 +368,9 @@ class WURPlugin(base_plugin.TBPlugin):
                 "inf": metadata.INF_BUCKET,
                 "nan": metadata.NAN_BUCKET,
             },
-            "steps": [p.step for p in points],
-            "wall_times": [p.wall_time for p in points],
-            "counts": counts,
+            "steps": steps.tolist(),
+            "wall_times": wall_times.tolist(),
+            "counts": counts.tolist(),
         }
 
     def line_search_impl(
@@ -463,12 +462,14 @@ class WURPlugin(base_plugin.TBPlugin):
     ) -> Iterator[str]:
         """Every kept step of every ratio tag of `run` in model order (by the position
         `watch` gave them, then by tag), as CSV or JSON text chunks (see export.stream)."""
-        ratio_series = run_data.ratios_of(self._data.list_scalars(ctx, experiment, [run]), run)
-        tags = sorted(ratio_series, key=lambda t: (run_data.model_index(ratio_series[t]), t))
+        listing = run_data.with_ratios(self._data.listing(ctx, experiment, run), run)
+        layers = listing.layers
+        tags = sorted(layers, key=lambda t: (layers[t][0], t))
+        memo: dict = {}  # the export's packed series, read once each
         return export.stream(
             run,
             tags,
-            lambda batch: self._data.read_scalar_columns(ctx, experiment, run, batch),
+            lambda batch: self._data.layer_columns(ctx, experiment, run, listing, batch, memo),
             export_format,
         )
 
@@ -480,12 +481,12 @@ class WURPlugin(base_plugin.TBPlugin):
         Raises:
             errors.NotFoundError: a run lists no ratio series.
         """
-        scalars = self._data.list_scalars(ctx, experiment, runs)
-        for run in runs:
-            run_data.ratios_of(scalars, run)
+        _, _, listings = self._data.listings(ctx, experiment, runs)
+        empty = run_data.RunListing({}, None)
+        checked = [run_data.with_ratios(listings.get(run, empty), run) for run in runs]
         return [
-            self._data.matrix(ctx, experiment, run, run_data.RunListing.of(scalars[run]))
-            for run in runs
+            self._data.matrix(ctx, experiment, run, listing)
+            for run, listing in zip(runs, checked)
         ]
 
 

@@ -62,11 +62,20 @@ class RunMatrix:
         """
         if not series:
             return cls((), np.zeros(0, np.int64), np.zeros((0, 0)), np.zeros((0, 0), bool))
-        steps = np.unique(np.concatenate([s for _, s, _ in series]).astype(np.int64))
+        # the layers of a packed series share one steps array: each array is merged once
+        step_arrays = {id(s): s for _, s, _ in series}
+        steps = np.unique(np.concatenate(list(step_arrays.values())).astype(np.int64))
         values = np.full((len(series), len(steps)), np.nan)
         present = np.zeros((len(series), len(steps)), bool)
+        columns_of: dict[int, np.ndarray | slice] = {}
         for row, (_, tag_steps, tag_values) in enumerate(series):
-            columns = np.searchsorted(steps, tag_steps)
+            columns = columns_of.get(id(tag_steps))
+            if columns is None:
+                columns = (
+                    slice(None) if len(tag_steps) == len(steps)
+                    else np.searchsorted(steps, tag_steps)
+                )
+                columns_of[id(tag_steps)] = columns
             values[row, columns] = tag_values
             present[row, columns] = True
         skipped = np.isin(steps, np.asarray(skipped_steps, np.int64))

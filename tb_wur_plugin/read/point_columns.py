@@ -10,6 +10,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 PointColumns = tuple[np.ndarray, np.ndarray, np.ndarray]
+# A tensor series' points: (steps int64, wall times float64, [each point's value]).
+TensorColumns = tuple[np.ndarray, np.ndarray, list[np.ndarray]]
 
 _STEP = operator.attrgetter("step")
 _WALL_TIME = operator.attrgetter("wall_time")

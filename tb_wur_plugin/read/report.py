@@ -57,19 +57,22 @@ class Logdir:
             provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
             index_bytes=0,
         )
-        self.scalars = self.data.list_scalars(self._ctx, _EXPERIMENT)
+        _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT)
 
     def runs(self) -> list[str]:
-        """The runs holding ratio series, sorted by name."""
-        return sorted(r for r, s in self.scalars.items() if run_data.of_kind(s, metadata.KIND_RATIO))
+        """The runs holding ratio series (per-tag or packed), sorted by name."""
+        return sorted(run for run, listing in self.listings.items() if listing.has_ratios())
 
     def matrix(self, run: str) -> heatmap.RunMatrix:
-        listing = run_data.RunListing.of(self.scalars.get(run, {}))
-        return self.data.matrix(self._ctx, _EXPERIMENT, run, listing)
+        return self.data.matrix(self._ctx, _EXPERIMENT, run, self.listings[run])
+
+    def layer_columns(self, run: str, tags: list[str]) -> dict:
+        """The kept points of layers `tags` of `run` as columns (run_data.layer_columns)."""
+        return self.data.layer_columns(self._ctx, _EXPERIMENT, run, self.listings[run], tags, {})
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
         """The layer kind of each of `tags` (run_data.layer_kinds)."""
-        return run_data.layer_kinds(run_data.RunListing.of(self.scalars.get(run, {})), tags)
+        return run_data.layer_kinds(self.listings[run], tags)
 
     def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
         return self.data.learning_rate(self._ctx, _EXPERIMENT, run)

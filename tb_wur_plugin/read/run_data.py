@@ -6,9 +6,15 @@ changes.
 Model order: layers sorted by the first step they logged, then by the position `watch` gave
 them (`index` in the plugin content), then by the time of their first write, then by tag.
 
+Layouts: a layer's ratios come from per-tag scalar series (`wur_summary.scalar`, and every
+writer before protocol version 3) and from packed series (all layers of a step in one tensor
+per chunk, `metadata`'s protocol version 3), in any mix: a run written before and after an
+upgrade, or whose set of layers changed midway (a new packed tag), reads as one series per
+layer, the points of all its sources merged in the order written (by wall time).
+
 Skipped steps: a step is skipped when the last value of the run's skipped-step marker
-written at it is 1 and some ratio was logged at it. The marker is read with the ratios, so
-the same steps survive TensorBoard's sampling.
+written at it is 1 and some ratio was logged at it. The marker is read with the ratios (a
+packed series carries its own), so the same steps survive TensorBoard's sampling.
 """
 
 from __future__ import annotations
@@ -85,11 +91,7 @@ def layer_shape(series: Series) -> list[int] | None:
 def layer_kinds(listing: "RunListing", tags: tuple[str, ...] | list[str]) -> list[str]:
     """The layer kind (metadata.layer_kind: matrix, vector, unknown) of each of `tags`, the
     ratio tags of `listing` (a tag it does not list: unknown)."""
-    kinds = []
-    for tag in tags:
-        series = listing.ratios.get(tag)
-        kinds.append(metadata.layer_kind(layer_shape(series) if series is not None else None))
-    return kinds
+    return [metadata.layer_kind(listing.shape(tag)) for tag in tags]
 
 
 def of_kind(series_by_tag: dict[str, Series], series_kind: str) -> dict[str, Series]:
@@ -114,16 +116,15 @@ def marker_of(series_by_tag: dict[str, Series]) -> Series | None:
     return series if series is not None and kind(series) == metadata.KIND_SKIPPED_STEP else None
 
 
-def ratios_of(scalars: dict[str, dict[str, Series]], run: str) -> dict[str, Series]:
-    """The ratio series of `run` in a scalar listing.
+def with_ratios(listing: "RunListing", run: str) -> "RunListing":
+    """`listing`, the listing of `run`.
 
     Raises:
-        errors.NotFoundError: the run lists no ratio series.
+        errors.NotFoundError: the run lists no ratio series (per-tag or packed).
     """
-    ratio_series = of_kind(scalars.get(run, {}), metadata.KIND_RATIO)
-    if not ratio_series:
+    if not listing.has_ratios():
         raise errors.NotFoundError(f"no wur ratios in run {shown(run)}")
-    return ratio_series
+    return listing
 
 
 def by_step(points: list) -> list:
@@ -174,17 +175,88 @@ class StepIndex:
 
 
 @dataclasses.dataclass(frozen=True)
+class PackedSource:
+    """One packed series of a run: its listing, its layers (in the order of its values) and
+    the model position of its first layer."""
+
+    series: Series
+    layers: tuple[metadata.PackedLayer, ...]
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
 class RunListing:
-    """What a run's scalar listing says of its ratios: the ratio series by tag, and its
-    skipped-step marker series (None: it has none)."""
+    """What a run's listing says of its ratios: the per-tag ratio series by tag, its
+    skipped-step marker series (None: it has none), its packed ratio and histogram series by
+    tag, and which of them hold each layer."""
 
     ratios: dict[str, Series]
     marker: Series | None
+    packed: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
+    packed_histograms: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, series_by_tag: dict[str, Series]) -> "RunListing":
-        """The listing of a run's wur scalar series, by tag."""
-        return cls(of_kind(series_by_tag, metadata.KIND_RATIO), marker_of(series_by_tag))
+    def of(
+        cls, scalars: dict[str, Series], tensors: dict[str, Series] | None = None
+    ) -> "RunListing":
+        """The listing of a run's wur scalar and tensor series, each by tag."""
+        return cls(
+            of_kind(scalars, metadata.KIND_RATIO),
+            marker_of(scalars),
+            _packed_sources(tensors or {}, metadata.KIND_PACKED_RATIOS),
+            _packed_sources(tensors or {}, metadata.KIND_PACKED_HISTOGRAMS),
+        )
+
+    @functools.cached_property
+    def layers(self) -> dict[str, tuple[float, list[str]]]:
+        """{layer tag: (its model position, [the tags of the series holding its ratios])}
+        of every layer: the per-tag series first, then the packed series by tag."""
+        found: dict[str, tuple[float, list[str]]] = {}
+        for tag, series in self.ratios.items():
+            found[tag] = (model_index(series), [tag])
+        for packed_tag in sorted(self.packed):
+            source = self.packed[packed_tag]
+            for i, layer in enumerate(source.layers):
+                entry = found.setdefault(layer.tag, (source.offset + i, []))
+                entry[1].append(packed_tag)
+        return found
+
+    def has_ratios(self) -> bool:
+        return bool(self.ratios) or bool(self.packed)
+
+    def description(self, tag: str) -> str:
+        """The description of layer `tag`'s ratios (of its per-tag series, else of the last
+        packed series, by tag, that holds it)."""
+        series = self.ratios.get(tag)
+        if series is not None:
+            return series.description
+        for packed_tag in reversed(self.layers[tag][1]):
+            for layer in self.packed[packed_tag].layers:
+                if layer.tag == tag:
+                    return layer.described()
+        return ""
+
+    def shape(self, tag: str) -> list[int] | None:
+        """The shape of layer `tag`'s variable (None: not known), as `layer_shape`."""
+        series = self.ratios.get(tag)
+        if series is not None:
+            shape = layer_shape(series)
+            if shape is not None:
+                return shape
+        for packed_tag in self.layers.get(tag, (0, []))[1]:
+            if packed_tag in self.packed:
+                for layer in self.packed[packed_tag].layers:
+                    if layer.tag == tag and layer.shape is not None:
+                        return list(layer.shape)
+        return None
+
+    def histogram_layers(self) -> dict[str, list[str]]:
+        """{layer tag: [the packed histogram tags holding it]}."""
+        found: dict[str, list[str]] = {}
+        for packed_tag in sorted(self.packed_histograms):
+            for layer in self.packed_histograms[packed_tag].layers:
+                found.setdefault(layer.tag, []).append(packed_tag)
+        return found
 
     @property
     def signature(self) -> tuple:
@@ -192,7 +264,21 @@ class RunListing:
         marker = self.marker
         return tuple(
             sorted((tag, s.max_step, s.max_wall_time) for tag, s in self.ratios.items())
-        ) + ((marker.max_step, marker.max_wall_time) if marker is not None else (None,))
+        ) + ((marker.max_step, marker.max_wall_time) if marker is not None else (None,)) + tuple(
+            sorted((tag, p.series.max_step, p.series.max_wall_time) for tag, p in self.packed.items())
+        )
+
+
+def _packed_sources(tensors: dict[str, Series], kind_wanted: str) -> dict[str, PackedSource]:
+    """The packed series of kind `kind_wanted` among a run's tensor series, by tag."""
+    found = {}
+    for tag, series in tensors.items():
+        content = _parse_content(series.plugin_content)
+        if content and content["kind"] == kind_wanted:
+            found[tag] = PackedSource(
+                series, tuple(metadata.packed_layers(content)), content["offset"]
+            )
+    return found
 
 
 def _one_call_per_run(method: Method) -> Method:
@@ -283,6 +369,181 @@ class RunData:
             plugin_name=metadata.PLUGIN_NAME,
             run_tag_filter=provider.RunTagFilter(runs=runs) if runs else None,
         )
+
+    def listings(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
+    ) -> tuple[dict[str, dict[str, Series]], dict[str, dict[str, Series]], dict[str, RunListing]]:
+        """(the scalar series, the tensor series, the `RunListing`) of `runs` (None: all
+        runs with wur data), each by run."""
+        scalars = self.list_scalars(ctx, experiment, runs)
+        tensors = self.list_tensors(ctx, experiment, runs)
+        listings = {
+            run: RunListing.of(scalars.get(run, {}), tensors.get(run, {}))
+            for run in sorted(set(scalars) | set(tensors))
+        }
+        return scalars, tensors, listings
+
+    def listing(self, ctx: tb_context.RequestContext, experiment: str, run: str) -> RunListing:
+        """The `RunListing` of `run` (empty when it has no wur data)."""
+        return self.listings(ctx, experiment, [run])[2].get(run) or RunListing({}, None)
+
+    def read_tensor_columns(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
+    ) -> dict[str, point_columns.TensorColumns]:
+        """The kept points of the tensor series `tags` of `run` as (steps, wall times,
+        [values]), in the order the data provider keeps them; without a Python object per
+        point but the values' arrays with TensorBoard's two loaders
+        (`tb_private.read_tensor_columns`)."""
+        arguments = dict(
+            experiment_id=experiment,
+            plugin_name=metadata.PLUGIN_NAME,
+            downsample=self._downsample,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
+        )
+        columns = tb_private.read_tensor_columns(self._provider, ctx, **arguments)
+        if columns is not None:
+            return columns.get(run, {})
+        by_tag = self._provider.read_tensors(ctx, **arguments).get(run, {})
+        return {
+            tag: (
+                np.array([p.step for p in points], np.int64),
+                np.array([p.wall_time for p in points], np.float64),
+                [np.asarray(p.numpy) for p in points],
+            )
+            for tag, points in by_tag.items()
+        }
+
+    def read_packed(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, packed_tag: str,
+        source: PackedSource,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(steps, wall times, ratios float32[S, layers], skipped bool[S]) of one packed
+        ratio series, its points in the order kept; None when it is gone (the run was
+        deleted meanwhile).
+
+        Raises:
+            errors.NotFoundError: a value is not what its metadata says (a malformed file).
+        """
+        columns = self.read_tensor_columns(ctx, experiment, run, [packed_tag]).get(packed_tag)
+        if columns is None:
+            return None
+        steps, wall_times, values = columns
+        width = len(source.layers) + 1
+        if not all(v.dtype == np.float32 and v.shape == (width,) for v in values):
+            raise errors.NotFoundError(
+                f"the packed ratios {shown(packed_tag)} of run {shown(run)} are malformed: "
+                f"each value should be float32[{width}]"
+            )
+        stacked = np.stack(values) if values else np.zeros((0, width), np.float32)
+        ratios, skipped = metadata.decode_packed_ratios(stacked, len(source.layers))
+        return steps, wall_times, ratios, skipped
+
+    def layer_columns(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing,
+        tags: list[str], memo: dict | None = None,
+    ) -> dict[str, point_columns.PointColumns]:
+        """The kept points of layers `tags` of `run` as columns (steps, wall times, values
+        float64), whatever their layout: the points of all the series holding a layer
+        (per-tag, packed) merged in the order written (by wall time). A layer whose series
+        are all gone is absent.
+
+        Args:
+            memo: a dict kept across calls (e.g. one export's), in which the packed series
+                read are kept, so that the layers of one packed series cost one read.
+        """
+        memo = {} if memo is None else memo
+        per_tag = [t for t in tags if t in listing.ratios]
+        found: dict[str, list[point_columns.PointColumns]] = {}
+        if per_tag:
+            for tag, columns in self.read_scalar_columns(ctx, experiment, run, per_tag).items():
+                found.setdefault(tag, []).append(columns)
+        for tag in tags:
+            for packed_tag in listing.layers.get(tag, (0, []))[1]:
+                source = listing.packed.get(packed_tag)
+                if source is None:
+                    continue
+                if packed_tag not in memo:
+                    memo.clear()  # one packed series at a time: they come in model order
+                    memo[packed_tag] = self.read_packed(ctx, experiment, run, packed_tag, source)
+                packed = memo[packed_tag]
+                if packed is None:
+                    continue
+                column = [layer.tag for layer in source.layers].index(tag)
+                steps, wall_times, ratios, _ = packed
+                found.setdefault(tag, []).append(
+                    (steps, wall_times, ratios[:, column].astype(np.float64))
+                )
+        return {tag: _merged(parts) for tag, parts in found.items()}
+
+    def marker_columns(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
+    ) -> point_columns.PointColumns | None:
+        """The points of the run's skipped-step marker as columns (1 skipped, 0 applied),
+        whatever its layout: its per-tag series and the marker of each packed series that
+        starts the layers of a step (offset 0), merged in the order written; None when the
+        run has none."""
+        parts = []
+        if listing.marker is not None:
+            columns = self.read_scalar_columns(
+                ctx, experiment, run, [metadata.SKIPPED_STEP_TAG]
+            ).get(metadata.SKIPPED_STEP_TAG)
+            if columns is not None:
+                parts.append(columns)
+        for packed_tag, source in sorted(listing.packed.items()):
+            if source.offset == 0:
+                packed = self.read_packed(ctx, experiment, run, packed_tag, source)
+                if packed is not None:
+                    steps, wall_times, _, skipped = packed
+                    parts.append((steps, wall_times, skipped.astype(np.float64)))
+        return _merged(parts) if parts else None
+
+    def layer_histograms(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(steps, wall times, counts int64[S, NUM_BUCKETS]) of every kept histogram of
+        layer `tag` of `run`, whatever its layout (its per-tag series, of version 1 or 2,
+        and the packed series holding it), by step (the histograms of one step in the order
+        written); None when the run holds none.
+
+        Raises:
+            errors.NotFoundError: a histogram is malformed.
+        """
+        tensors = self.list_tensors(ctx, experiment, [run]).get(run, {})
+        per_tag = metadata.histogram_tag(tag)
+        listing = RunListing.of({}, tensors)
+        sources = listing.histogram_layers().get(tag, [])
+        if per_tag in tensors and kind(tensors[per_tag]) == metadata.KIND_HISTOGRAM:
+            sources = [per_tag, *sources]
+        if not sources:
+            return None
+        parts = []
+        try:
+            for source_tag, (steps, wall_times, values) in self.read_tensor_columns(
+                ctx, experiment, run, sources
+            ).items():
+                if source_tag == per_tag:  # version 1 (int64 counts) or 2, by each dtype
+                    counts = [metadata.decode_histogram(v) for v in values]
+                else:
+                    source = listing.packed_histograms[source_tag]
+                    row = [layer.tag for layer in source.layers].index(tag)
+                    counts = [
+                        metadata.decode_packed_histograms(v, len(source.layers))[row]
+                        for v in values
+                    ]
+                parts.append((steps, wall_times, np.array(counts, np.int64).reshape(
+                    len(counts), metadata.NUM_BUCKETS)))
+        except ValueError:
+            raise errors.NotFoundError(
+                f"histograms of {shown(tag)} in run {shown(run)} are malformed"
+            ) from None
+        if not parts:  # listed, then gone: the run was deleted meanwhile
+            return None
+        steps = np.concatenate([p[0] for p in parts])
+        wall_times = np.concatenate([p[1] for p in parts])
+        counts = np.concatenate([p[2] for p in parts])
+        order = np.lexsort((np.arange(len(steps)), wall_times)) if len(parts) > 1 else np.arange(len(steps))
+        order = order[np.argsort(steps[order], kind="stable")]
+        return steps[order], wall_times[order], counts[order]
 
     def read_scalars(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
@@ -399,12 +660,13 @@ class RunData:
     def _read_in_model_order(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
     ) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], np.ndarray]:
-        """([(tag, steps, values)] of the ratio tags that hold points, in model order, each
-        tag's steps ascending and distinct, the last value written at a step kept; the steps
-        the marker marks skipped)."""
+        """([(tag, steps, values)] of the layers that hold points, in model order, each
+        layer's steps ascending and distinct, the last value written at a step kept; the
+        steps the markers mark skipped)."""
         ratios = listing.ratios
         tags = list(ratios) + ([metadata.SKIPPED_STEP_TAG] if listing.marker is not None else [])
-        series, first_wall_time, skipped_steps = [], {}, np.zeros(0, np.int64)
+        parts: dict[str, list[point_columns.PointColumns]] = {}
+        skipped: list[np.ndarray] = []
         # A few tags per read: with a data provider other than TensorBoard's two, the
         # points (a Python object each) of one batch at a time are held.
         for batch in range(0, len(tags) if ratios else 0, _READ_BATCH_TAGS):
@@ -415,24 +677,66 @@ class RunData:
                 if not len(steps):
                     continue
                 if tag in ratios:
-                    first_wall_time[tag] = float(wall_times[steps == steps.min()].min())
-                steps, values = _last_written(steps, values)
-                if tag in ratios:
-                    series.append((tag, steps, values))
+                    parts.setdefault(tag, []).append((steps, wall_times, values))
                 else:
-                    skipped_steps = steps[values >= 0.5]  # the marker: 1 skipped, 0 applied
-        series.sort(
-            key=lambda s: (s[1][0], model_index(ratios[s[0]]), first_wall_time[s[0]], s[0])
-        )
+                    steps, values = _last_written(steps, values)
+                    skipped.append(steps[values >= 0.5])  # the marker: 1 skipped, 0 applied
+        # a packed series' layers share its steps: their order is found once per series
+        distinct: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
+        for packed_tag, source in sorted(listing.packed.items()):
+            packed = self.read_packed(ctx, experiment, run, packed_tag, source)
+            if packed is None or not len(packed[0]):
+                continue
+            steps, wall_times, values, marker = packed
+            last_steps, last = _last_written_index(steps)
+            skipped.append(last_steps[marker[last]])
+            first_written = float(wall_times[steps == last_steps[0]].min())
+            for column, layer in enumerate(source.layers):
+                parts.setdefault(layer.tag, []).append((steps, wall_times, values[:, column]))
+                distinct[layer.tag] = (last_steps, values[last, column], first_written)
+        series, first_wall_time = [], {}
+        for tag, tag_parts in parts.items():
+            if len(tag_parts) == 1 and tag in distinct:
+                steps, values, first_wall_time[tag] = distinct[tag]
+            else:
+                steps, wall_times, values = _merged(tag_parts)
+                first_wall_time[tag] = float(wall_times[steps == steps.min()].min())
+                steps, values = _last_written(steps, values)
+            series.append((tag, steps, values))
+        layers = listing.layers
+        series.sort(key=lambda s: (s[1][0], layers[s[0]][0], first_wall_time[s[0]], s[0]))
+        skipped_steps = np.unique(np.concatenate(skipped)) if skipped else np.zeros(0, np.int64)
         return series, skipped_steps
+
+
+def _merged(parts: list[point_columns.PointColumns]) -> point_columns.PointColumns:
+    """The points of several series of one layer as one, in the order written: by wall
+    time, the points of one series in their order."""
+    if len(parts) == 1:
+        steps, wall_times, values = parts[0]
+        return steps, wall_times, values.astype(np.float64)
+    steps = np.concatenate([p[0] for p in parts])
+    wall_times = np.concatenate([p[1] for p in parts])
+    values = np.concatenate([p[2].astype(np.float64) for p in parts])
+    order = np.argsort(wall_times, kind="stable")
+    return steps[order], wall_times[order], values[order]
 
 
 def _last_written(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct steps ascending, the value written last at each) of points in the order
     written."""
+    distinct, last = _last_written_index(steps)
+    return distinct, values[last]
+
+
+def _last_written_index(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct steps ascending, the index of the point written last at each) of points
+    in the order written."""
+    if len(steps) and np.all(steps[1:] > steps[:-1]):  # the usual case: nothing to sort
+        return steps, np.arange(len(steps))
     order = np.argsort(steps, kind="stable")[::-1]
-    steps, first = np.unique(steps[order], return_index=True)
-    return steps, values[order][first]
+    distinct, first = np.unique(steps[order], return_index=True)
+    return distinct, order[first]
 
 
 class _RunCache:

@@ -9,6 +9,9 @@ the answer's columns, with the same error translation; for the Python loader it 
 same events of the multiplexer, downsampled the same way, and takes a float32 scalar's
 value straight from its proto (any other tensor through `make_ndarray`, as TensorBoard
 does). Other data providers: None, and the caller uses the public `read_scalars`.
+`read_tensor_columns` does the same for `read_tensors`, each value an array taken straight
+from its `tensor_content` where it has one (the packed series, `metadata`'s protocol version
+3), else through `make_ndarray`.
 `tests/test_tb_private.py` fails, naming what changed, when a TensorBoard release changes
 what is used here.
 """
@@ -23,7 +26,7 @@ from tensorboard.data import grpc_provider, provider
 from tensorboard.data.proto import data_provider_pb2
 from tensorboard.util import tensor_util
 
-from tb_wur_plugin.read.point_columns import PointColumns, of_points
+from tb_wur_plugin.read.point_columns import PointColumns, TensorColumns, of_points
 
 
 def read_scalar_columns(
@@ -56,6 +59,77 @@ def read_scalar_columns(
     if isinstance(data_provider, grpc_provider.GrpcDataProvider):
         return _data_server_columns(data_provider, **arguments)
     return None
+
+
+def read_tensor_columns(
+    data_provider: provider.DataProvider,
+    ctx: tb_context.RequestContext,
+    *,
+    experiment_id: str,
+    plugin_name: str,
+    downsample: int,
+    run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, TensorColumns]] | None:
+    """What `data_provider.read_tensors` answers with these arguments, as (steps, wall
+    times, [the value of each point as a numpy array]) per series; None when
+    `data_provider` is neither the fast nor the Python loader's.
+
+    Raises:
+        tensorboard.errors.PublicError: as `read_tensors` raises.
+    """
+    if isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider):
+        data_provider._validate_context(ctx)
+        data_provider._validate_experiment_id(experiment_id)
+        data_provider._validate_downsample(downsample)
+        index = data_provider._index(plugin_name, run_tag_filter, summary_pb2.DATA_CLASS_TENSOR)
+        result: dict[str, dict[str, TensorColumns]] = {}
+        for run, tags in index.items():
+            result[run] = {}
+            for tag in tags:
+                events = multiplexer_provider._downsample(
+                    data_provider._multiplexer.Tensors(run, tag), downsample
+                )
+                result[run][tag] = (
+                    np.fromiter((e.step for e in events), np.int64, len(events)),
+                    np.fromiter((e.wall_time for e in events), np.float64, len(events)),
+                    [_array(e.tensor_proto) for e in events],
+                )
+        return result
+    if not isinstance(data_provider, grpc_provider.GrpcDataProvider):
+        return None
+    request = data_provider_pb2.ReadTensorsRequest()
+    request.experiment_id = experiment_id
+    request.plugin_filter.plugin_name = plugin_name
+    grpc_provider._populate_rtf(run_tag_filter, request.run_tag_filter)
+    request.downsample.num_points = downsample
+    with grpc_provider._translate_grpc_error():
+        response = data_provider._stub.ReadTensors(request)
+    return {
+        run_entry.run_name: {
+            tag_entry.tag_name: (
+                np.array(tag_entry.data.step, np.int64),
+                np.array(tag_entry.data.wall_time, np.float64),
+                [_array(value) for value in tag_entry.data.value],
+            )
+            for tag_entry in run_entry.tags
+        }
+        for run_entry in response.runs
+    }
+
+
+# numpy dtypes of the tensors the packed series store, by TensorProto dtype
+_CONTENT_DTYPES = {types_pb2.DT_FLOAT: np.dtype("<f4"), types_pb2.DT_UINT8: np.dtype("u1")}
+
+
+def _array(proto) -> np.ndarray:
+    """`make_ndarray(proto)`, for a vector of float32 or uint8 in `tensor_content` without
+    its Python-level checks and copies."""
+    dtype = _CONTENT_DTYPES.get(proto.dtype)
+    content = proto.tensor_content
+    dims = proto.tensor_shape.dim
+    if dtype is not None and content and len(dims) == 1 and dims[0].size * dtype.itemsize == len(content):
+        return np.frombuffer(content, dtype)
+    return tensor_util.make_ndarray(proto)
 
 
 def _data_server_columns(
