@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 
@@ -10,6 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
+from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
 from tb_wur_plugin import metadata
@@ -17,7 +19,43 @@ from tb_wur_plugin import metadata
 
 def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
     """tag -> [(step, value, plugin content)] of the wur series in the event files of `logdir`
-    (any path `tf.io.gfile` reads, e.g. `ram://...`)."""
+    (any path `tf.io.gfile` reads, e.g. `ram://...`), the packed series (protocol version 3)
+    read as the per-tag series they hold: each layer's ratio under its tag (content: kind
+    ``ratio``, its ``index`` and ``shape``, and ``packed``: the packed tag), the marker under
+    `metadata.SKIPPED_STEP_TAG` (from the chunk at offset 0), each layer's histogram counts
+    under `metadata.histogram_tag(tag)`. `read_raw_events` gives the series as stored."""
+    series = collections.defaultdict(list)
+    for tag, points in read_raw_events(logdir).items():
+        for step, stored, content in points:
+            if content["kind"] == metadata.KIND_PACKED_RATIOS:
+                layers = metadata.packed_layers(content)
+                ratios, skipped = metadata.decode_packed_ratios(stored, len(layers))
+                for i, layer in enumerate(layers):
+                    series[layer.tag].append((step, ratios[0, i], {
+                        "kind": metadata.KIND_RATIO, "index": content["offset"] + i,
+                        "shape": list(layer.shape) if layer.shape is not None else None,
+                        "description": layer.described(), "packed": tag,
+                    }))
+                if content["offset"] == 0:
+                    series[metadata.SKIPPED_STEP_TAG].append((
+                        step, np.float32(skipped[0]),
+                        {"kind": metadata.KIND_SKIPPED_STEP, "packed": tag},
+                    ))
+            elif content["kind"] == metadata.KIND_PACKED_HISTOGRAMS:
+                layers = metadata.packed_layers(content)
+                counts = metadata.decode_packed_histograms(stored, len(layers))
+                for i, layer in enumerate(layers):
+                    series[metadata.histogram_tag(layer.tag)].append((step, counts[i], {
+                        "kind": metadata.KIND_HISTOGRAM, "packed": tag,
+                    }))
+            else:
+                series[tag].append((step, stored, content))
+    return dict(series)
+
+
+def read_raw_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
+    """tag -> [(step, value, plugin content)] of the wur series in the event files of
+    `logdir` as stored (histograms of version 1 and 2 decoded to their counts)."""
     series = collections.defaultdict(list)
     contents = {}
     for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
@@ -37,12 +75,95 @@ def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
 
 
 def ratio_series(logdir: str) -> dict[str, dict[int, float]]:
-    """tag -> {step: ratio} of the ratio series in `logdir`."""
-    return {
+    """tag -> {step: ratio} of the ratio series in `logdir`: the per-tag ones (kind
+    ``ratio``) and the layers of the packed ones (`read_packed`)."""
+    series = {
         tag: {step: float(value) for step, value, _ in points}
         for tag, points in read_events(logdir).items()
         if points[0][2]["kind"] == metadata.KIND_RATIO
     }
+    for tag, points in read_packed(logdir, metadata_once=False).ratios.items():
+        assert tag not in series, f"{tag!r} is written both per tag and packed"
+        series[tag] = {step: float(value) for step, value in points}
+    return series
+
+
+@dataclasses.dataclass
+class PackedRun:
+    """The packed series (protocol version 3) of the event files of a logdir, per layer."""
+
+    # layer tag -> [(step, float32 ratio)], in the order written
+    ratios: dict[str, list[tuple[int, np.float32]]]
+    # [(step, marker)]: the skipped-step marker of each event of packed ratios
+    skipped: list[tuple[int, float]]
+    # layer tag -> [(step, int64[NUM_BUCKETS] counts)]
+    histograms: dict[str, list[tuple[int, np.ndarray]]]
+    # layer tag -> (its position among the step's layers: offset + i, its PackedLayer)
+    layers: dict[str, tuple[int, metadata.PackedLayer]]
+    # packed tag -> its parsed plugin content
+    contents: dict[str, dict]
+    # per event with packed values: (step, [packed tags in the event's order])
+    events: list[tuple[int, list[str]]]
+
+
+def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
+    """The packed series in the event files of `logdir` (any path `tf.io.gfile` reads),
+    decoded per layer with `metadata`'s own decoders, checking as it reads: each packed
+    value decodes for its tag's layers; the chunks of one event hold distinct layers at
+    contiguous offsets from 0 (ratios: with one skipped-step marker); with `metadata_once`,
+    each tag's metadata is in its first value of each file and in no other."""
+    run = PackedRun({}, [], {}, {}, {}, [])
+    for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        described: set[str] = set()
+        for event in event_file_loader.EventFileLoader(path).Load():
+            chunks = {metadata.KIND_PACKED_RATIOS: [], metadata.KIND_PACKED_HISTOGRAMS: []}
+            in_event = {kind: [] for kind in chunks}  # the layers of its chunks
+            tags = []
+            for value in event.summary.value:
+                plugin = value.metadata.plugin_data
+                if value.HasField("metadata") and plugin.plugin_name == metadata.PLUGIN_NAME:
+                    content = metadata.parse_plugin_content(plugin.content)
+                    if content["kind"] in metadata.PACKED_KINDS:
+                        assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
+                        previous = run.contents.setdefault(value.tag, content)
+                        assert previous == content, f"{value.tag}: its content changed"
+                        assert not (metadata_once and value.tag in described), (
+                            f"{path}: {value.tag} described again at step {event.step}")
+                        described.add(value.tag)
+                content = run.contents.get(value.tag)
+                if content is None:
+                    continue
+                assert not metadata_once or value.tag in described, (
+                    f"{path}: {value.tag} first written without its metadata")
+                tags.append(value.tag)
+                layers = metadata.packed_layers(content)
+                stored = tensor_util.make_ndarray(value.tensor)
+                chunks[content["kind"]].append((content["offset"], len(layers)))
+                in_event[content["kind"]].extend(layer.tag for layer in layers)
+                for i, layer in enumerate(layers):
+                    if content["kind"] == metadata.KIND_PACKED_RATIOS or layer.tag not in run.layers:
+                        run.layers[layer.tag] = (content["offset"] + i, layer)
+                if content["kind"] == metadata.KIND_PACKED_RATIOS:
+                    ratios, skipped = metadata.decode_packed_ratios(stored, len(layers))
+                    chunks[content["kind"]][-1] += (bool(skipped[0]),)
+                    for layer, ratio in zip(layers, ratios[0]):
+                        run.ratios.setdefault(layer.tag, []).append((event.step, ratio))
+                else:
+                    counts = metadata.decode_packed_histograms(stored, len(layers))
+                    for layer, row in zip(layers, counts):
+                        run.histograms.setdefault(layer.tag, []).append((event.step, row))
+            for kind, parts in chunks.items():
+                if not parts:
+                    continue
+                assert len(set(in_event[kind])) == len(in_event[kind]), in_event[kind]
+                offsets = [part[0] for part in parts]
+                assert offsets == list(np.cumsum([0] + [p[1] for p in parts[:-1]])), offsets
+                if kind == metadata.KIND_PACKED_RATIOS:
+                    (marker,) = {part[2] for part in parts}  # the same in every chunk
+                    run.skipped.append((event.step, 1.0 if marker else 0.0))
+            if tags:
+                run.events.append((event.step, tags))
+    return run
 
 
 def reference_ratio(before: np.ndarray, after: np.ndarray) -> float:

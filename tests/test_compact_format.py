@@ -159,8 +159,11 @@ def test_the_tf_free_writer_writes_metadata_once_per_file(tmp_path):
     files = _files(tmp_path)
     assert len(files) == 2
     for file in files:
+        layers = [metadata.PackedLayer("a/w", description=metadata.ratio_description("a/w")),
+                  metadata.PackedLayer("b/w", description=metadata.ratio_description("b/w"))]
         assert _assert_metadata_once(file) == {
-            "a/w", "b/w", metadata.SKIPPED_STEP_TAG, metadata.histogram_tag("a/w"),
+            metadata.packed_tag(metadata.KIND_PACKED_RATIOS, layers, 0),
+            metadata.packed_tag(metadata.KIND_PACKED_HISTOGRAMS, [metadata.PackedLayer("a/w")], 0),
             metadata.LEARNING_RATE_TAG}
 
 

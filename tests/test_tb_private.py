@@ -1,7 +1,7 @@
 """The TensorBoard private API the package uses (`tb_wur_plugin.read.tb_private`) still behaves as
 it expects: over TensorBoard's own data server (the fast loader) and its Python loader, its
-columns are the points of the public `read_scalars` of their data providers, bit for bit
-and in the same order. Each failure names the private API and the TensorBoard version."""
+columns are the points of the public `read_scalars` (and `read_tensor_columns`'s those of
+`read_tensors`) of their data providers, bit for bit and in the same order. Each failure names the private API and the TensorBoard version."""
 
 import contextlib
 
@@ -44,16 +44,20 @@ def private():
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory):
-    """Two runs; values of every kind, a step written twice."""
+    """Two runs of per-tag scalars; values of every kind, a step written twice. Run 'p':
+    the same as run 'a' in the packed layout (tensors), with histograms."""
     logdir = tmp_path_factory.mktemp("logs")
-    for run, scale in (("a", 1.0), ("b", 3.0)):
-        with SummaryWriter(logdir / run) as writer:
+    for run, scale, packed in (("a", 1.0, False), ("b", 3.0, False), ("p", 1.0, True)):
+        with SummaryWriter(logdir / run, packed=packed) as writer:
             for step in range(0, 300, 3):
                 writer.add_ratios(
                     {"dense/kernel": scale * 1e-3 * (1 + step), "dense/bias": scale / (step + 7)},
                     step, wall_time=1.7e9 + step / 7,
                 )
                 writer.add_learning_rate(0.1 / (1 + step), step, wall_time=1.7e9 + step / 7)
+                if packed and step % 30 == 0:
+                    writer.add_histograms({"dense/kernel": np.full(7, 1e-3 * step, np.float32),
+                                           "dense/bias": np.arange(3, dtype=np.float32)}, step)
             writer.add_ratios({"dense/kernel": 1.5, "dense/bias": 2.5}, 300)
             writer.add_ratios({"dense/kernel": 2.5e-4, "dense/bias": 0.0}, 300)  # written again
             writer.add_ratios({"dense/kernel": float("nan"), "dense/bias": float("inf")}, 301)
@@ -132,7 +136,7 @@ def test_columns_are_the_public_read_scalars_points(loader, filters):
         # rates; run c: 20 of each encoding (the data server keeps no float64 scalar)
         fast = isinstance(loader, grpc_provider.GrpcDataProvider)
         written_twice, run_c = (0, 20) if fast else (2 * 3, 40)
-        check(total == 2 * (3 * 102 + 100) + written_twice + run_c, f"{total} points")
+        check(total == 2 * (3 * 102 + 100) + written_twice + run_c + 100, f"{total} points")
 
 
 def test_downsampling_is_the_public_one(loader):
@@ -145,12 +149,42 @@ def test_downsampling_is_the_public_one(loader):
           f"downsampled to {steps.tolist()}, public {[p.step for p in public]}")
 
 
+@pytest.mark.parametrize("filters", [
+    {}, {"runs": ["p"]}, {"runs": ["p", "gone"], "tags": ["no such tag"]},
+])
+def test_tensor_columns_are_the_public_read_tensors_points(loader, filters):
+    with private():
+        columns = _read(loader, tb_private.read_tensor_columns, **filters)
+    points = _read(loader, lambda data_provider, ctx, **arguments:
+                   data_provider.read_tensors(ctx, **arguments), **filters)
+    check(columns is not None, f"{type(loader).__name__} was not read")
+    check({r: sorted(t) for r, t in columns.items()} == {r: sorted(t) for r, t in points.items()},
+          f"other runs or tags: {columns.keys()} / {points.keys()}")
+    total = 0
+    for run, by_tag in points.items():
+        for tag, series in by_tag.items():
+            steps, wall_times, values = columns[run][tag]
+            check(steps.tolist() == [p.step for p in series], f"{run}/{tag}: other steps")
+            check(wall_times.tolist() == [p.wall_time for p in series], f"{run}/{tag}: wall times")
+            for value, point in zip(values, series, strict=True):
+                check(value.dtype == point.numpy.dtype and value.shape == point.numpy.shape
+                      and np.array_equal(value, point.numpy, equal_nan=True),
+                      f"{run}/{tag}: other values")
+            total += len(series)
+    if not filters:
+        # run p: 103 packed ratio steps (102 with the data server, which keeps the last
+        # write of step 300) and 10 packed histograms
+        fast = isinstance(loader, grpc_provider.GrpcDataProvider)
+        check(total == (102 if fast else 103) + 10, f"{total} points")
+
+
 def test_other_providers_are_not_read():
     class NotTensorBoardsProvider:
         def read_scalars(self, *args, **kwargs):
             raise AssertionError("read_scalar_columns must not read other providers")
 
-    assert tb_private.read_scalar_columns(
-        NotTensorBoardsProvider(), CTX, experiment_id="", plugin_name=metadata.PLUGIN_NAME,
-        downsample=10, run_tag_filter=None,
-    ) is None
+    for read in (tb_private.read_scalar_columns, tb_private.read_tensor_columns):
+        assert read(
+            NotTensorBoardsProvider(), CTX, experiment_id="", plugin_name=metadata.PLUGIN_NAME,
+            downsample=10, run_tag_filter=None,
+        ) is None
