@@ -67,14 +67,16 @@ def learning_rate(step: int) -> float:
     return 1e-3 * 0.99 ** step
 
 
-def write_with(writer) -> None:
-    """The run's data through `writer` (a `tb_wur_plugin.writer.SummaryWriter`), closed."""
+def write_with(writer, first_step: int = 0) -> None:
+    """The run's data through `writer` (a `tb_wur_plugin.writer.SummaryWriter`), closed;
+    its steps (and wall times) moved by `first_step`, a continuation of the run."""
     shapes = dict(LAYERS)
     for step, by_tag in ratios().items():
-        writer.add_ratios(by_tag, step, shapes=shapes, wall_time=1.7e9 + step)
-        writer.add_learning_rate(learning_rate(step), step, wall_time=1.7e9 + step)
+        at = step + first_step
+        writer.add_ratios(by_tag, at, shapes=shapes, wall_time=1.7e9 + at)
+        writer.add_learning_rate(learning_rate(step), at, wall_time=1.7e9 + at)
         if step in HISTOGRAM_STEPS:
-            writer.add_histograms(elementwise(step), step, wall_time=1.7e9 + step)
+            writer.add_histograms(elementwise(step), at, wall_time=1.7e9 + at)
     writer.close()
 
 
