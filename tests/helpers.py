@@ -75,17 +75,13 @@ def read_raw_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]
 
 
 def ratio_series(logdir: str) -> dict[str, dict[int, float]]:
-    """tag -> {step: ratio} of the ratio series in `logdir`: the per-tag ones (kind
-    ``ratio``) and the layers of the packed ones (`read_packed`)."""
-    series = {
+    """tag -> {step: ratio} of the ratio series in `logdir`: the per-tag ones and the
+    layers of the packed ones (`read_events` reads both)."""
+    return {
         tag: {step: float(value) for step, value, _ in points}
         for tag, points in read_events(logdir).items()
         if points[0][2]["kind"] == metadata.KIND_RATIO
     }
-    for tag, points in read_packed(logdir, metadata_once=False).ratios.items():
-        assert tag not in series, f"{tag!r} is written both per tag and packed"
-        series[tag] = {step: float(value) for step, value in points}
-    return series
 
 
 @dataclasses.dataclass
