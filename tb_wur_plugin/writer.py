@@ -50,6 +50,15 @@ def to_stored_scalar(value: float) -> np.float32:
     return stored
 
 
+def _to_stored_scalars(values: list[float]) -> np.ndarray:
+    """`to_stored_scalar` of each of `values`, as one float32 array."""
+    raw = np.array(values, np.float64)
+    with np.errstate(over="ignore"):
+        stored = raw.astype(np.float32)
+    stored[(stored == 0) & (raw > 0)] = np.finfo(np.float32).smallest_subnormal
+    return stored
+
+
 class SummaryWriter:
     """Writes wur summaries into a new event file in `logdir` (created if missing).
 
@@ -176,17 +185,15 @@ class SummaryWriter:
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
         describe = _describer(descriptions, metadata.ratio_description)
         shape_of = _shapes(shapes)
-        stored = [to_stored_scalar(value) for _, value in values]
+        stored = _to_stored_scalars([value for _, value in values])
         if self._packed:
-            layers = [
-                metadata.PackedLayer(tag, shape_of(tag), describe(tag)) for tag, _ in values
-            ]
-            ratios = np.array(stored, np.float32)
+            names = tuple(tag for tag, _ in values)
+            about = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
             parts, tags = [], []
-            for offset, end in metadata.packed_chunks(len(layers)):
+            for offset, end in metadata.packed_chunks(len(names)):
                 tag, part = self._packed_value(
-                    metadata.KIND_PACKED_RATIOS, layers[offset:end], offset, _DT_FLOAT,
-                    metadata.encode_packed_ratios(ratios[offset:end], skipped),
+                    metadata.KIND_PACKED_RATIOS, names, about, offset, end, _DT_FLOAT,
+                    metadata.encode_packed_ratios(stored[offset:end], skipped),
                 )
                 parts.append(part)
                 tags.append(tag)
@@ -238,12 +245,12 @@ class SummaryWriter:
             for tag, data in items
         ]
         if self._packed:
-            layers = [metadata.PackedLayer(tag) for tag, _ in items]
+            names = tuple(tag for tag, _ in items)
             stacked = np.stack(counts)
             parts, tags = [], []
-            for offset, end in metadata.packed_chunks(len(layers)):
+            for offset, end in metadata.packed_chunks(len(names)):
                 tag, part = self._packed_value(
-                    metadata.KIND_PACKED_HISTOGRAMS, layers[offset:end], offset, _DT_UINT8,
+                    metadata.KIND_PACKED_HISTOGRAMS, names, None, offset, end, _DT_UINT8,
                     metadata.encode_packed_histograms(stacked[offset:end]),
                 )
                 parts.append(part)
@@ -315,28 +322,42 @@ class SummaryWriter:
     # --- internals ----------------------------------------------------------------------
 
     def _packed_value(
-        self, kind: str, layers: list[metadata.PackedLayer], offset: int, dtype: int, data: bytes
+        self, kind: str, names: tuple[str, ...], about: tuple | None, offset: int, end: int,
+        dtype: int, data: bytes,
     ) -> tuple[str, bytes]:
-        """(tag, the `Summary.value` entry) of one chunk of a packed series: a vector of
+        """(tag, the `Summary.value` entry) of the chunk [offset, end) of a packed series of
+        the layers `names` (`about`: their shapes and descriptions, for ratios): a vector of
         `dtype` whose bytes are `data` as `tensor_content`, with the tag's metadata the
-        first time this file holds the tag. The tag and its constant head are cached by
-        the chunk's layers."""
-        key = (kind, offset, tuple(layers))
+        first time this file holds the tag. The tag and its constant head are cached by the
+        layers' names, shapes and descriptions."""
+        key = (kind, offset, end, names, about)
         tag = self._packed_tags.get(key)
         if tag is None:
             if len(self._packed_tags) > 10_000:  # layer sets that change at every step
                 self._packed_tags.clear()
-            tag = self._packed_tags[key] = metadata.packed_tag(kind, layers, offset)
+            tag = metadata.packed_tag(kind, self._layers(names, about, offset, end), offset)
+            self._packed_tags[key] = tag
         first = tag not in self._described
         head = self._prefixes.get((tag, first))
         if head is None:
-            summary_metadata = (
-                metadata.create_packed_metadata(kind, layers, offset) if first else None
-            )
+            summary_metadata = metadata.create_packed_metadata(
+                kind, self._layers(names, about, offset, end), offset
+            ) if first else None
             head = self._cache((tag, first), summary_pb2.Summary.Value(
                 tag=tag, metadata=summary_metadata).SerializeToString())
         fields = _vector_fields(dtype, len(data) // _ITEM_BYTES[dtype], len(data))
         return tag, _entry(head, fields, data)
+
+    @staticmethod
+    def _layers(
+        names: tuple[str, ...], about: tuple | None, offset: int, end: int
+    ) -> list[metadata.PackedLayer]:
+        if about is None:
+            return [metadata.PackedLayer(name) for name in names[offset:end]]
+        shapes, descriptions = about
+        return [
+            metadata.PackedLayer(names[i], shapes[i], descriptions[i]) for i in range(offset, end)
+        ]
 
     def _scalar(self, tag: str, kind: str, description: str | None, index: int | None,
                 value: np.float32, shape: tuple[int, ...] | None = None) -> bytes:

@@ -405,18 +405,23 @@ def test_runs_then_heatmaps_read_each_run_once(skipping):
     fresh = Backend(skipping.logdir)
     data = fresh.plugin._data
     reads = []
-    read_scalar_columns = data.read_scalar_columns
 
-    def counted(ctx, experiment, run, tags):
-        reads.append([run])
-        return read_scalar_columns(ctx, experiment, run, tags)
+    def counted(read):
+        def counting(ctx, experiment, run, tags):
+            reads.append((run, tuple(tags)))
+            return read(ctx, experiment, run, tags)
+        return counting
 
-    data.read_scalar_columns = counted
+    data.read_scalar_columns = counted(data.read_scalar_columns)
+    data.read_tensor_columns = counted(data.read_tensor_columns)
     runs = [r["run"] for r in fresh.json("runs")["runs"]]
+    first_pass = list(reads)
     fresh.heatmap(run=runs)
     fresh.json("flags", run=runs[0])
     fresh.json("runs")
-    assert sorted(reads) == [[run] for run in sorted(runs)]
+    assert reads == first_pass  # nothing read again
+    assert sorted({run for run, _ in reads}) == sorted(runs)
+    assert len(set(reads)) == len(reads)  # no series read twice
 
 
 def test_runs_list_a_run_without_ratios(tmp_path):

@@ -327,11 +327,12 @@ def test_the_shape_travels_with_the_ratios_and_older_runs_fall_back(tmp_path):
         for step in range(3):
             w.add_ratios({"k": 1e-3, "b": 1e-3, "s": 1e-3}, step,
                          shapes={"k": (3, 2), "b": [2], "s": ()})
-    with SummaryWriter(str(tmp_path / "old")) as w:  # as writers before the shape field
-        for step in range(3):
-            w.add_ratios({"k": 1e-3, "b": 1e-3, "x": 1e-3}, step, descriptions={
-                "k": metadata.ratio_description("k", [3, 2], "float32"),
-                "b": metadata.ratio_description("b", [2], "float32")})
+    for layout, packed in (("old", False), ("packed_old", True)):  # before the shape field
+        with SummaryWriter(str(tmp_path / layout), packed=packed) as w:
+            for step in range(3):
+                w.add_ratios({"k": 1e-3, "b": 1e-3, "x": 1e-3}, step, descriptions={
+                    "k": metadata.ratio_description("k", [3, 2], "float32"),
+                    "b": metadata.ratio_description("b", [2], "float32")})
     answer = Backend(str(tmp_path)).json("flags", run="new")  # served
     assert answer["layers"] == []
     from tb_wur_plugin.read import report
@@ -339,6 +340,7 @@ def test_the_shape_travels_with_the_ratios_and_older_runs_fall_back(tmp_path):
     with report.open_logdir(str(tmp_path), load_fast=False) as logdir:
         assert logdir.layer_kinds("new", ("k", "b", "s")) == [M, V, V]
         assert logdir.layer_kinds("old", ("k", "b", "x")) == [M, V, "unknown"]
+        assert logdir.layer_kinds("packed_old", ("k", "b", "x")) == [M, V, "unknown"]
     content = metadata.parse_plugin_content(metadata.create_summary_metadata(
         metadata.KIND_RATIO, shape=(3, 2)).plugin_data.content)
     assert content["shape"] == [3, 2]

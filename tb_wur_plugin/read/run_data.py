@@ -246,8 +246,12 @@ class RunListing:
         for packed_tag in self.layers.get(tag, (0, []))[1]:
             if packed_tag in self.packed:
                 for layer in self.packed[packed_tag].layers:
-                    if layer.tag == tag and layer.shape is not None:
-                        return list(layer.shape)
+                    if layer.tag == tag:
+                        if layer.shape is not None:
+                            return list(layer.shape)
+                        described = metadata.shape_from_description(layer.description)
+                        if described is not None:
+                            return described
         return None
 
     def histogram_layers(self) -> dict[str, list[str]]:
