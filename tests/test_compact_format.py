@@ -23,6 +23,7 @@ from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.arrays import numpy_math
 from tb_wur_plugin.writer import SummaryWriter
 
+from helpers import read_packed
 from old_layout import OldLayoutWriter
 
 LAYERS = ("dense/kernel", "dense/bias", "head/kernel")
@@ -115,7 +116,10 @@ def test_a_traced_watch_reused_across_two_writers_writes_metadata_once_into_each
     for path in glob.glob(str(tmp_path / "*" / "*")):
         (file,) = _files(path)
         tags = _assert_metadata_once(file)
-        assert len(_events(file)) == 6 and metadata.histogram_tag("Variable") in tags
+        assert len(_events(file)) == 6
+        assert sorted(t.split("/")[1] for t in tags) == ["histograms", "ratios"]  # packed
+        run = read_packed(path)
+        assert sorted(run.ratios) == sorted(run.histograms) == ["Variable", "Variable_1"]
 
 
 def test_public_ops_and_line_search_write_metadata_once(tmp_path):
@@ -182,7 +186,11 @@ def test_the_keras_callback_writes_metadata_once(tmp_path):
     assert len(files) == 2
     for file in files:
         tags = _assert_metadata_once(file)
-        assert metadata.histogram_tag(model.layers[0].kernel.path) in tags
+        assert sorted(t.split("/")[1] for t in tags) == [
+            "histograms", "learning_rate", "ratios"]  # packed, and the learning rate
+    run = read_packed(str(tmp_path / "train"))
+    assert model.layers[0].kernel.path in run.histograms
+    assert sorted(s for s, _ in run.skipped) == list(range(8))  # steps go on across fits
 
 
 # --- bytes on disk ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
 import distribute_worker
-from helpers import assert_ratios_close, read_events
+from helpers import assert_ratios_close, ratio_series, read_events, read_packed
 from tb_wur_plugin import metadata, wur_summary
 
 WORKER = os.path.join(os.path.dirname(__file__), "distribute_worker.py")
@@ -135,11 +135,14 @@ def _check_written_once_by_the_chief(logdir, results, steps):
         if _pid_of(name) != results[0]["pid"]:
             events = event_file_loader.EventFileLoader(os.path.join(logdir, name)).Load()
             assert not [v.tag for e in events for v in e.summary.value], name
-    logged = {}
     for tag, points in read_events(logdir).items():
         assert [step for step, _, _ in points] == steps, tag
-        if points[0][2]["kind"] == metadata.KIND_RATIO:
-            logged[tag] = {step: float(value) for step, value, _ in points}
+    run = read_packed(logdir)
+    assert [step for step, _ in run.skipped] == steps
+    logged = {}
+    for tag, points in run.ratios.items():
+        assert [step for step, _ in points] == steps, tag
+        logged[tag] = {step: float(value) for step, value in points}
     return logged
 
 
@@ -169,11 +172,7 @@ def _single_device(tmp_path, scenario, weights):
         distribute_worker.train_custom(
             strategy, logdir, scenario, weights, histograms=scenario == "inside"
         )
-    return {
-        tag: {step: float(value) for step, value, _ in points}
-        for tag, points in read_events(logdir).items()
-        if points[0][2]["kind"] == metadata.KIND_RATIO
-    }
+    return ratio_series(logdir)
 
 
 def _check_custom_loop(tmp_path, run, scenario):
@@ -186,11 +185,12 @@ def _check_custom_loop(tmp_path, run, scenario):
     single = _single_device(tmp_path, scenario, _initial_weights(results[0], scenario))
     assert_ratios_close(_flat(logged), _flat(single), rtol=SINGLE_DEVICE_RTOL)
     if scenario == "inside":  # histograms too: once per step (checked above), every element
-        events = read_events(str(out / scenario))
+        histograms = read_packed(str(out / scenario)).histograms
         sizes = [w.size for w in _initial_weights(results[0], scenario)]
+        assert len(histograms) == len(sizes)
         for tag, size in zip(_reference(results[0], scenario), sizes):
-            points = events[metadata.histogram_tag(tag)]
-            assert [int(counts.sum()) for _, counts, _ in points] == [size] * len(steps), tag
+            points = histograms[tag]
+            assert [int(counts.sum()) for _, counts in points] == [size] * len(steps), tag
 
 
 def _check_fit(tmp_path, run):

@@ -13,6 +13,8 @@ from helpers import (
     mixed_model_and_data,
     ratio_series,
     read_events,
+    read_packed,
+    read_raw_events,
     reference_ratio,
 )
 from tb_wur_plugin import metadata
@@ -84,10 +86,16 @@ def test_callback_logs_learning_rate_and_histograms_at_logged_steps(logdir):
     events = read_events(os.path.join(logdir, "train"))
     rates = {step: float(v) for step, v, _ in events[metadata.LEARNING_RATE_TAG]}
     assert rates == pytest.approx({0: 0.1, 2: 0.025, 4: 0.00625, 6: 0.0015625})
+    run = read_packed(os.path.join(logdir, "train"))
+    # the ratios and histograms as packed series (one tag each), the learning rate per tag
+    assert set(read_raw_events(os.path.join(logdir, "train"))) == {
+        metadata.LEARNING_RATE_TAG, *run.contents}
+    assert sorted(c["kind"] for c in run.contents.values()) == sorted(metadata.PACKED_KINDS)
+    assert sorted(run.histograms) == sorted(v.path for v in model.trainable_variables)
     for v in model.trainable_variables:
-        points = events[metadata.histogram_tag(v.path)]
-        assert [s for s, _, _ in points] == [0, 2, 4, 6]
-        assert all(counts.sum() == np.prod(v.shape) for _, counts, _ in points)
+        points = run.histograms[v.path]
+        assert [s for s, _ in points] == [0, 2, 4, 6]
+        assert all(counts.sum() == np.prod(v.shape) for _, counts in points)
 
 
 def test_steps_continue_across_fit_calls(logdir):
@@ -123,8 +131,7 @@ def test_loss_scale_optimizer_logs_float32_weights_and_marks_skipped_steps(
     assert all(v.dtype == "float32" for v in model.trainable_variables)
     # Steps 0 and 2 are logged as skipped: ratio 0 for every variable and the marker set.
     # Their retries (the next updates, again steps 0 and 2) are not logged; step 4 is.
-    events = read_events(os.path.join(logdir, "train"))
-    marker = {step: float(v) for step, v, _ in events[metadata.SKIPPED_STEP_TAG]}
+    marker = dict(read_packed(os.path.join(logdir, "train")).skipped)
     assert marker == {0: 1.0, 2: 1.0, 4: 0.0}
     logged = _logged(logdir)
     assert {step for _, step in logged} == {0, 2, 4}

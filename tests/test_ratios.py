@@ -9,6 +9,7 @@ from helpers import (
     mixed_model_and_data,
     ratio_series,
     read_events,
+    read_packed,
     reference_buckets,
     reference_ratio,
 )
@@ -100,27 +101,26 @@ def test_watch_marks_steps_where_nothing_changed(logdir, use_function):
         step_fn(finite)  # step 0: applied
         step_fn([tf.fill((3, 2), np.inf), tf.ones(2)])  # step 1: skipped, iterations stays 1
         step_fn(finite)  # step 1 again: applied
-    events = read_events(logdir)
-    marker = [(step, float(v)) for step, v, _ in events[metadata.SKIPPED_STEP_TAG]]
-    assert marker == [(0, 0.0), (1, 1.0), (1, 0.0)]
+    run = read_packed(logdir)
+    assert run.skipped == [(0, 0.0), (1, 1.0), (1, 0.0)]
     for points in ratio_series(logdir).values():
         assert points[0] > 0  # the last point written at step 1 is the applied retry
-    logged = [
-        [float(v) for s, v, _ in events[tag]] for tag in events if not metadata.is_reserved_tag(tag)
-    ]
+    logged = [[float(v) for s, v in run.ratios[tag]] for tag in run.ratios]
+    assert len(logged) == 2
     assert [ratios_of_tag[1] for ratios_of_tag in logged] == [0.0, 0.0]
 
 
 def test_watch_histograms_count_every_element(logdir):
     model, x, y = mixed_model_and_data()
     _train_with_watch(model, OPTIMIZERS["adam"](), x, y, logdir, 2, True, histograms=True)
-    events = read_events(logdir)
+    histograms = read_packed(logdir).histograms
+    assert sorted(histograms) == sorted(v.path for v in model.trainable_variables)
     for v in model.trainable_variables:
-        points = events[metadata.histogram_tag(v.path)]
-        assert [step for step, _, _ in points] == [0, 1]
-        for step, counts, _ in points:
+        points = histograms[v.path]
+        assert [step for step, _ in points] == [0, 1]
+        for step, counts in points:
             assert counts.sum() == np.prod(v.shape)
-    bias = events[metadata.histogram_tag("head/bias")]
+    bias = histograms["head/bias"]
     assert bias[0][1][metadata.INF_BUCKET] == 3  # every element of a zero bias moved
 
 
@@ -322,9 +322,9 @@ def test_watch_under_in_graph_record_if_matches_numpy_reference(logdir):
                     expected[(_variable_path(v), step)] = reference_ratio(old, v.numpy())
     writer.close()
     assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
-    events = read_events(logdir)
-    assert [s for s, _, _ in events[metadata.histogram_tag("large")]] == [0, 2]
-    assert all(c.sum() == 70_000 for _, c, _ in events[metadata.histogram_tag("large")])
+    large_counts = read_packed(logdir).histograms["large"]
+    assert [s for s, _ in large_counts] == [0, 2]
+    assert all(c.sum() == 70_000 for _, c in large_counts)
 
 
 def test_eager_watch_writes_to_each_default_writer_with_one_trace(tmp_path):
@@ -386,8 +386,9 @@ def test_watch_writes_model_order_and_shapes_in_metadata(logdir, writer):
         for v in variables:
             v.assign_add(tf.ones_like(v))
     writer.flush()
-    events = read_events(logdir)
-    assert [events[t][0][2]["index"] for t in ("b", "a")] == [0, 1]
+    layers = read_packed(logdir).layers
+    assert [layers[t][0] for t in ("b", "a")] == [0, 1]
+    assert [layers[t][1].shape for t in ("b", "a")] == [(2, 3), (4,)]
 
 
 def test_watch_of_nothing_trainable_warns_and_writes_no_ratio(logdir, writer, recwarn):

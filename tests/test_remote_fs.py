@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from backend import Backend
 from helpers import assert_ratios_close, ratio_series, reference_ratio
-from tb_wur_plugin import wur_summary
+from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
 from test_keras_callback import ReferenceRatios
 
@@ -89,10 +89,16 @@ def test_watch_writes_to_a_gfile_path(ram_logdir):
     files = tf.io.gfile.glob(f"{ram_logdir}/events.out.tfevents.*")
     assert len(files) == 1
     assert_ratios_close(_logged(ram_logdir), expected, rtol=5e-7)
-    # tf's own reader agrees with TensorBoard's on what was written
-    tags = {v.tag for event in tf.compat.v1.train.summary_iterator(files[0])
-            for v in event.summary.value}
-    assert {tag for tag, _ in expected} <= tags
+    # tf's own reader agrees with TensorBoard's on what was written: the layers of the
+    # packed series (their tags in the metadata of each packed tag's first event)
+    layers = {
+        layer.tag
+        for event in tf.compat.v1.train.summary_iterator(files[0])
+        for v in event.summary.value if v.HasField("metadata")
+        for layer in metadata.packed_layers(
+            metadata.parse_plugin_content(v.metadata.plugin_data.content))
+    }
+    assert {tag for tag, _ in expected} <= layers
 
 
 def test_the_callback_writes_to_a_gfile_path(ram_logdir):

@@ -1,14 +1,19 @@
-"""One event carrying many summaries: the ratios of all watched variables of a step (and
-their histograms) written by one op, instead of one `tf.summary.write` per tag.
+"""One event carrying many summaries, written by one op instead of one `tf.summary.write`
+per tag: the packed series of a step (`write_packed_ratios`, `write_packed_histograms`: all
+watched variables of the step in one tensor per chunk of layers, protocol version 3 in
+`metadata`), and the per-tag series of the summary ops and the line search
+(`write_scalars`, `write_histograms`).
 
 Each writer takes `include_metadata`: whether the tags' `SummaryMetadata` goes into this
 event (a Python bool, or a boolean tensor choosing in the graph between the two constant
-prefixes of each tag, with and without it); `recording.MetadataOnce` says when (the first
-write of the tags to a writer: once per event file)."""
+prefixes of each tag, with and without it; for the packed writers also one of those per
+chunk); `recording.MetadataOnce` says when (the first write of the tags to a writer: once
+per event file)."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -18,9 +23,177 @@ from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.events.event_file import value_prefix, varint
 
-# the tags' `SummaryMetadata`, and whether an event carries it (a bool or boolean tensor)
+# the tags' `SummaryMetadata`, and whether an event carries it (a bool or boolean tensor;
+# for the packed writers also a sequence of them, or a boolean vector, one per chunk)
 Metadatas = list[summary_pb2.SummaryMetadata]
-Include = bool | tf.Tensor
+Include = bool | tf.Tensor | Sequence[bool | tf.Tensor]
+
+
+# --- packed series (protocol version 3) ----------------------------------------------------
+
+
+class PackedChunk(NamedTuple):
+    """One chunk of a packed series: its layers [offset, end) of the step, its tag and its
+    `SummaryMetadata` (`metadata.packed_tag`, `metadata.create_packed_metadata`)."""
+
+    offset: int
+    end: int
+    tag: str
+    metadata: summary_pb2.SummaryMetadata
+
+
+def packed_chunks(kind: str, layers: Sequence[metadata.PackedLayer]) -> tuple[PackedChunk, ...]:
+    """The chunks (`metadata.packed_chunks`) a step of `layers` (in model order) is written
+    in, as series of `kind` (one of `metadata.PACKED_KINDS`)."""
+    layers = list(layers)
+    return tuple(
+        PackedChunk(
+            offset, end, metadata.packed_tag(kind, layers[offset:end], offset),
+            metadata.create_packed_metadata(kind, layers[offset:end], offset),
+        )
+        for offset, end in metadata.packed_chunks(len(layers))
+    )
+
+
+def ratio_layers(tags: Sequence[str], variables: Sequence[Any]) -> list[metadata.PackedLayer]:
+    """The layers of the packed ratios of `variables` under `tags`: each with its variable's
+    shape (None when a dimension is not known) and the description
+    `metadata.ratio_description(tag, shape, dtype name)` (without the shape and dtype when the
+    shape is not fully known)."""
+    return [_ratio_layer(tag, *_about(variable)) for tag, variable in zip(tags, variables)]
+
+
+def ratio_chunks(tags: Sequence[str], variables: Sequence[Any]) -> tuple[PackedChunk, ...]:
+    """`packed_chunks` of the packed ratios of `variables` under `tags` (`ratio_layers`),
+    cached by the tags, shapes and dtypes: their metadata objects are shared, not to be
+    modified."""
+    return _ratio_chunks(tuple(tags), tuple(_about(variable) for variable in variables))
+
+
+@functools.lru_cache(maxsize=256)
+def histogram_chunks(tags: tuple[str, ...]) -> tuple[PackedChunk, ...]:
+    """`packed_chunks` of the packed histograms of `tags` (their layers are their tags only),
+    cached as `ratio_chunks`."""
+    return packed_chunks(
+        metadata.KIND_PACKED_HISTOGRAMS, [metadata.PackedLayer(tag) for tag in tags]
+    )
+
+
+def _about(variable: Any) -> tuple[tuple[int, ...] | None, str]:
+    """(the variable's shape, None when not fully known; its dtype's name)."""
+    shape = variable.shape
+    dims = tuple(shape.as_list()) if shape.is_fully_defined() else None
+    return dims, variable.dtype.base_dtype.name
+
+
+def _ratio_layer(tag: str, dims: tuple[int, ...] | None, dtype: str) -> metadata.PackedLayer:
+    return metadata.PackedLayer(
+        tag, dims, metadata.ratio_description(tag, dims, dtype if dims is not None else None)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _ratio_chunks(
+    tags: tuple[str, ...], abouts: tuple[tuple[tuple[int, ...] | None, str], ...]
+) -> tuple[PackedChunk, ...]:
+    return packed_chunks(
+        metadata.KIND_PACKED_RATIOS,
+        [_ratio_layer(tag, *about) for tag, about in zip(tags, abouts)],
+    )
+
+
+def packed_ratio_values(
+    chunks: Sequence[PackedChunk], ratios: tf.Tensor, skipped: tf.Tensor
+) -> list[tf.Tensor]:
+    """The value of each chunk of a step's packed ratios: float32[end - offset + 1], the
+    chunk's `ratios` (float32[n], as stored: `to_stored_scalar`) and the step's skipped-step
+    marker `skipped` (a float32 scalar, 1 or 0)."""
+    ratios, marker = _ratios_and_marker(chunks, ratios, skipped)
+    return [tf.concat([ratios[c.offset:c.end], marker], 0) for c in chunks]
+
+
+def _ratios_and_marker(
+    chunks: Sequence[PackedChunk], ratios: tf.Tensor, skipped: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    ratios = tf.ensure_shape(tf.convert_to_tensor(ratios, tf.float32), [chunks[-1].end])
+    return ratios, tf.reshape(tf.cast(skipped, tf.float32), [1])
+
+
+def write_packed_ratios(
+    chunks: Sequence[PackedChunk], ratios: tf.Tensor, skipped: tf.Tensor, step: Any,
+    writer: tf.Tensor, include_metadata: Include = True,
+) -> tf.Tensor:
+    """Write one step of packed ratios (`packed_ratio_values`), all chunks in one event, each
+    as `SummaryWriter.add_ratios` writes it: a float32 vector under the chunk's tag, its bytes
+    as `tensor_content` after a constant prefix (with or without the chunk's metadata).
+
+    Args:
+      chunks: `packed_chunks(metadata.KIND_PACKED_RATIOS, layers)`.
+      ratios: float32[n], the stored ratio of each layer.
+      skipped: the step's skipped-step marker, a float32 scalar (1 or 0).
+      step, writer: as for `write_scalars`.
+      include_metadata: write the chunks' metadata in this event: one bool or boolean tensor
+        for all, or one per chunk (a sequence, or a boolean vector).
+
+    Returns:
+      A boolean tensor, True once written.
+    """
+    ratios, marker = _ratios_and_marker(chunks, ratios, skipped)
+    if len(chunks) == 1:  # the common case: no slice
+        values = tf.concat([ratios, marker], 0)
+    else:
+        values = tf.concat([part for c in chunks for part in (ratios[c.offset:c.end], marker)], 0)
+    lengths = [4 * (c.end - c.offset + 1) for c in chunks]
+    prefixes = []
+    for include in (True, False):
+        prefixes.append([
+            value_prefix(c.tag, c.metadata if include else None,
+                         _vector_fields(tf.float32.as_datatype_enum, length // 4, length), length)
+            for c, length in zip(chunks, lengths)
+        ])
+    serialized = tf.io.serialize_tensor(values)  # ends with the data
+    starts = np.cumsum([0, *lengths[:-1]]).tolist()
+    positions = tf.strings.length(serialized) - sum(lengths) + tf.constant(starts, tf.int32)
+    rows = tf.strings.substr(serialized, positions, tf.constant(lengths, tf.int32))
+    head = _choose(include_metadata, *prefixes)
+    return _write_message(writer, step, tf.strings.reduce_join(tf.strings.join([head, rows])))
+
+
+def write_packed_histograms(
+    chunks: Sequence[PackedChunk], counts: tf.Tensor, step: Any, writer: tf.Tensor,
+    include_metadata: Include = True,
+) -> tf.Tensor:
+    """Write one step of packed histograms, all chunks in one event: per chunk, the counts
+    of its layers (`counts`: int64[n, NUM_BUCKETS], each count below 2^35) as their varints
+    (`metadata.encode_packed_histograms`), a uint8 vector under the chunk's tag.
+
+    Args:
+      chunks: `packed_chunks(metadata.KIND_PACKED_HISTOGRAMS, layers)`.
+      counts, step, writer, include_metadata: as for `write_packed_ratios`.
+
+    Returns:
+      A boolean tensor, True once written.
+    """
+    data, lengths = encode_count_chunks(tf.cast(counts, tf.int64), chunks)
+    return _write_uint8_vectors(
+        [c.tag for c in chunks], [c.metadata for c in chunks], data, lengths, step, writer,
+        include_metadata,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector_fields(dtype: int, length: int, data_bytes: int) -> bytes:
+    """TensorProto {dtype, tensor_shape [length]} and the header of its `tensor_content`
+    (field 4) of `data_bytes` bytes, which follow (as `SummaryWriter` writes a vector)."""
+    return tensor_pb2.TensorProto(
+        dtype=dtype,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=length)]
+        ),
+    ).SerializeToString() + b"\x22" + varint(data_bytes)
+
+
+# --- per-tag series ------------------------------------------------------------------------
 
 
 def write_scalars(
@@ -102,37 +275,34 @@ def write_histograms(
     if versions == {1}:
         return write_tensors(tags, counts, step, metadatas, writer, include_metadata)
     rows, lengths = encode_counts(counts)
-    count = len(tags)
-    heads = [
-        [summary_pb2.Summary.Value(tag=tag, metadata=meta).SerializeToString()
-         for tag, meta in zip(tags, metadatas)],
-        [summary_pb2.Summary.Value(tag=tag).SerializeToString() for tag in tags],
-    ]
-    head = _select(include_metadata, *(tf.constant(h, tf.string, [count]) for h in heads))
-    head_length = _select(
-        include_metadata, *(tf.constant([len(x) for x in h], tf.int32, [count]) for h in heads)
-    )
-    # TensorProto {dtype: DT_UINT8, tensor_shape: {dim {size: L}}, tensor_content: L bytes}
-    length_varint, length_bytes = _varint_strings(lengths)
-    dim = tf.strings.join(["\x08", length_varint])
-    dim_length = 1 + length_bytes
-    shape = tf.strings.join(["\x12", _bytes(dim_length), dim])
-    shape_length = 2 + dim_length
-    tensor = tf.strings.join([
-        "\x08\x04\x12", _bytes(shape_length), shape, "\x22", length_varint, rows
-    ])
-    tensor_length = 4 + shape_length + 1 + length_bytes + lengths
-    tensor_varint, tensor_bytes = _varint_strings(tensor_length)
-    value_varint, _ = _varint_strings(head_length + 1 + tensor_bytes + tensor_length)
-    message = tf.strings.reduce_join(
-        tf.strings.join(["\x0a", value_varint, head, "\x42", tensor_varint, tensor])
-    )
-    return _write_message(writer, step, message)
+    return _write_uint8_vectors(tags, metadatas, rows, lengths, step, writer, include_metadata)
 
 
 def encode_counts(counts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Each row of `counts` (int64[n, NUM_BUCKETS], each count below 2^35) as its varints
     (`metadata.encode_histogram`): a string[n] of the bytes and int32[n] of their lengths."""
+    serialized, base, lengths = _varint_bytes(counts)
+    rows = tf.strings.substr(serialized, base + tf.cumsum(lengths, exclusive=True), lengths)
+    return rows, lengths
+
+
+def encode_count_chunks(
+    counts: tf.Tensor, chunks: Sequence[PackedChunk]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The rows [offset, end) of `counts` (as for `encode_counts`) of each of `chunks` as
+    their varints, layer after layer (`metadata.encode_packed_histograms`): a string[c] of
+    the bytes and int32[c] of their lengths."""
+    serialized, base, lengths = _varint_bytes(counts)
+    ends = tf.concat([[0], tf.cumsum(lengths)], 0)  # ends[i]: the bytes of rows [0, i)
+    first = tf.gather(ends, [c.offset for c in chunks])
+    sizes = tf.gather(ends, [c.end for c in chunks]) - first
+    return tf.strings.substr(serialized, base + first, sizes), sizes
+
+
+def _varint_bytes(counts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The varints of `counts` (int64[n, NUM_BUCKETS], each below 2^35), row after row: a
+    string holding them from position `base` on, `base` (int32) and each row's length in
+    bytes (int32[n])."""
     groups = 5  # 35 bits
     shifts = tf.constant([7 * k for k in range(groups)], tf.int64)
     c = counts[:, :, tf.newaxis]
@@ -145,11 +315,40 @@ def encode_counts(counts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     more = k < length[:, :, tf.newaxis] - 1
     digits = tf.bitwise.bitwise_or(digits, tf.where(more, tf.constant(0x80, tf.int64), 0))
     flat = tf.boolean_mask(tf.cast(digits, tf.uint8), k < length[:, :, tf.newaxis])
-    lengths = tf.reduce_sum(length, axis=1)
     serialized = tf.io.serialize_tensor(flat)  # ends with the bytes, row after row
     base = tf.strings.length(serialized) - tf.size(flat)
-    rows = tf.strings.substr(serialized, base + tf.cumsum(lengths, exclusive=True), lengths)
-    return rows, lengths
+    return serialized, base, tf.reduce_sum(length, axis=1)
+
+
+def _write_uint8_vectors(
+    tags: list[str], metadatas: Metadatas, data: tf.Tensor, lengths: tf.Tensor, step: Any,
+    writer: tf.Tensor, include_metadata: Include,
+) -> tf.Tensor:
+    """One event: per tag, a uint8 vector of `lengths[i]` bytes `data[i]` (its
+    `tensor_content`), after the tag's `Summary.Value` head (with or without its metadata)."""
+    heads = [
+        [summary_pb2.Summary.Value(tag=tag, metadata=meta).SerializeToString()
+         for tag, meta in zip(tags, metadatas)],
+        [summary_pb2.Summary.Value(tag=tag).SerializeToString() for tag in tags],
+    ]
+    head = _choose(include_metadata, *heads)
+    head_length = _choose(include_metadata, *([len(x) for x in h] for h in heads), tf.int32)
+    # TensorProto {dtype: DT_UINT8, tensor_shape: {dim {size: L}}, tensor_content: L bytes}
+    length_varint, length_bytes = _varint_strings(lengths)
+    dim = tf.strings.join(["\x08", length_varint])
+    dim_length = 1 + length_bytes
+    shape = tf.strings.join(["\x12", _bytes(dim_length), dim])
+    shape_length = 2 + dim_length
+    tensor = tf.strings.join([
+        "\x08\x04\x12", _bytes(shape_length), shape, "\x22", length_varint, data
+    ])
+    tensor_length = 4 + shape_length + 1 + length_bytes + lengths
+    tensor_varint, tensor_bytes = _varint_strings(tensor_length)
+    value_varint, _ = _varint_strings(head_length + 1 + tensor_bytes + tensor_length)
+    message = tf.strings.reduce_join(
+        tf.strings.join(["\x0a", value_varint, head, "\x42", tensor_varint, tensor])
+    )
+    return _write_message(writer, step, message)
 
 
 _BYTE_STRINGS = [bytes([i]) for i in range(256)]
@@ -174,10 +373,27 @@ def _varint_strings(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.strings.reduce_join(strings, axis=1), length
 
 
-def _select(include: bool | tf.Tensor, with_metadata: tf.Tensor, without: tf.Tensor) -> tf.Tensor:
+def _choose(
+    include: Include, with_metadata: list, without: list, dtype: tf.DType = tf.string
+) -> tf.Tensor:
+    """A constant vector: element i of `with_metadata` where `include` (one flag for all, or
+    one per element: a sequence, or a boolean vector) says so, else of `without`. Chosen when
+    traced for Python bools, in the graph for tensors."""
+    count = len(with_metadata)
+    if isinstance(include, (list, tuple)):
+        if len(include) != count:
+            raise ValueError(f"include_metadata has {len(include)} flags for {count} values")
+        if not all(isinstance(flag, (bool, np.bool_)) for flag in include):
+            include = tf.stack([tf.convert_to_tensor(flag, tf.bool) for flag in include])
     if isinstance(include, (bool, np.bool_)):
-        return with_metadata if include else without
-    return tf.where(include, with_metadata, without)
+        include = [include] * count
+    if isinstance(include, (list, tuple)):
+        return tf.constant(
+            [w if flag else o for flag, w, o in zip(include, with_metadata, without)], dtype, [count]
+        )
+    return tf.where(
+        include, tf.constant(with_metadata, dtype, [count]), tf.constant(without, dtype, [count])
+    )
 
 
 def _write_rows(
@@ -187,13 +403,10 @@ def _write_rows(
     """One event: per tag, a constant `Summary.Value` prefix ending in `tensor_fields` (with
     or without the tag's metadata), then that row's `row_bytes` bytes, cut from the end of
     the serialized `values` (its data)."""
-    prefixes = _select(
+    prefixes = _choose(
         include_metadata,
-        tf.constant([
-            value_prefix(tag, meta, tensor_fields, row_bytes)
-            for tag, meta in zip(tags, metadatas)
-        ]),
-        tf.constant([value_prefix(tag, None, tensor_fields, row_bytes) for tag in tags]),
+        [value_prefix(tag, meta, tensor_fields, row_bytes) for tag, meta in zip(tags, metadatas)],
+        [value_prefix(tag, None, tensor_fields, row_bytes) for tag in tags],
     )
     count = len(tags)
     serialized = tf.io.serialize_tensor(values)  # ends with the data, row after row

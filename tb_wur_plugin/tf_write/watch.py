@@ -9,9 +9,14 @@ from typing import Any, Iterator, Sequence
 
 import tensorflow as tf
 
-from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write import tf_private
-from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_histograms, write_scalars
+from tb_wur_plugin.tf_write.batched_write import (
+    histogram_chunks,
+    ratio_chunks,
+    to_stored_scalar,
+    write_packed_histograms,
+    write_packed_ratios,
+)
 from tb_wur_plugin.tf_write.capture import captured_changes
 from tb_wur_plugin.tf_write.ratios import histogram_counts, partition, update_ratios
 from tb_wur_plugin.tf_write.recording import (
@@ -66,7 +71,9 @@ def record(
     changes: Sequence[tf.Tensor | None] | None = None,
 ) -> bool | tf.Tensor:
     """Write the ratio (and histogram) of each watched variable's change since `before`,
-    and the skipped-step marker (1 if no watched variable changed).
+    and the skipped-step marker (1 if no watched variable changed), as packed series
+    (`metadata`'s protocol version 3): the ratios and the marker as one float32 tensor per
+    chunk of layers, the histograms as one of varint counts per chunk, in two events.
 
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
@@ -91,25 +98,24 @@ def record(
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
     changes = list(changes or [None] * len(watched))
-    # The tags' metadata goes into the writer's file with their first event only.
+    # Each packed tag's metadata goes into the writer's file with its first event only.
     writer_object = tf_private.default_writer()
-    ratios_once = MetadataOnce(writer_object, (*tags, metadata.SKIPPED_STEP_TAG))
-    histograms_once = MetadataOnce(
-        writer_object, tuple(metadata.histogram_tag(tag) for tag in tags)
-    ) if histograms else None
-    include = (ratios_once.include, histograms_once.include if histograms else False)
+    ratios_once = [MetadataOnce(writer_object, (c.tag,)) for c in ratio_chunks(tags, variables)]
+    histograms_once = [
+        MetadataOnce(writer_object, (c.tag,)) for c in histogram_chunks(tags)
+    ] if histograms else []
+    include = ([once.include for once in ratios_once],
+               [once.include for once in histograms_once] or False)
     if tf.executing_eagerly():
         write = _write_ratios_traced
-        include = tuple(tf.constant(flag) for flag in include)  # one trace for both
+        include = tuple(tf.constant(flags) for flags in include)  # one trace for both
     else:
         write = _write_ratios
     written = write(
-        tags, variables, list(before), _read_step(step), histograms, writer, changes,
-        *include, metadata.HISTOGRAM_WRITE_VERSION,
+        tags, variables, list(before), _read_step(step), histograms, writer, changes, *include
     )
-    written = ratios_once.written(written)
-    if histograms:
-        written = histograms_once.written(written)
+    for once in ratios_once + histograms_once:
+        written = once.written(written)
     return bool(written) if tf.executing_eagerly() else written
 
 
@@ -122,7 +128,9 @@ def watch(
     Snapshots the variables on entry and writes, on exit, one ratio ‖Δw‖₂ / ‖w‖₂ per
     variable (and with `histograms=True` the histogram of its elementwise ratios) at `step`,
     read on entry, to the default writer; also the skipped-step marker (1 when no watched
-    variable changed). Tags are the variables' paths (`watched.watched_variables`). When
+    variable changed). The layers' tags are the variables' paths
+    (`watched.watched_variables`); a step's ratios and marker are one event of packed
+    series, its histograms another (`record`; the protocol is in `metadata`). When
     summaries are not being recorded (no default writer, or `record_if` false) it reads,
     computes and writes nothing. When it would record but none of `variables` is a trainable
     floating-point variable, it writes nothing and warns (a `UserWarning`, which Python's
@@ -259,55 +267,28 @@ def _write_ratios(
     histograms: bool,
     writer: tf.Tensor,
     changes: list[tf.Tensor | None],
-    ratios_metadata: bool | tf.Tensor = True,
-    histograms_metadata: bool | tf.Tensor = True,
-    histogram_version: int | None = None,
+    ratios_metadata: Any = True,
+    histograms_metadata: Any = True,
 ) -> tf.Tensor:
-    """The body of `record`: ratios, skipped-step marker and histograms, in two events,
-    each with its tags' metadata when `ratios_metadata` / `histograms_metadata` (bools or
-    boolean tensors) say so; histograms in `histogram_version` (default
-    `metadata.HISTOGRAM_WRITE_VERSION`)."""
+    """The body of `record`: the packed ratios with the skipped-step marker, and the packed
+    histograms, in two events, each chunk with its metadata where `ratios_metadata` /
+    `histograms_metadata` say so (a bool or boolean tensor for all chunks, or one per chunk:
+    `batched_write.write_packed_ratios`)."""
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables, changes)  # large variables read one at a time
-    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)[tf.newaxis]
-    abouts = [(tag, v.shape.as_list(), v.dtype.name) for tag, v in zip(tags, variables)]
+    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)
     written = [
-        write_scalars(
-            [*tags, metadata.SKIPPED_STEP_TAG],
-            tf.concat([to_stored_scalar(ratios), skipped], 0),
-            step,
-            [
-                *(
-                    metadata.create_summary_metadata(
-                        metadata.KIND_RATIO, metadata.ratio_description(*about), index,
-                        shape=about[1] if None not in about[1] else None,
-                    )
-                    for index, about in enumerate(abouts)
-                ),
-                metadata.create_summary_metadata(
-                    metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
-                ),
-            ],
-            writer,
+        write_packed_ratios(
+            ratio_chunks(tags, variables), to_stored_scalar(ratios), skipped, step, writer,
             ratios_metadata,
         )
     ]
     if histograms:
         written.append(
-            write_histograms(
-                [metadata.histogram_tag(tag) for tag in tags],
-                histogram_counts(before, variables, changes),
-                step,
-                [
-                    metadata.create_summary_metadata(
-                        metadata.KIND_HISTOGRAM, metadata.histogram_description(*about),
-                        histogram_version=histogram_version,
-                    )
-                    for about in abouts
-                ],
-                writer,
-                histograms_metadata,
+            write_packed_histograms(
+                histogram_chunks(tags), histogram_counts(before, variables, changes), step,
+                writer, histograms_metadata,
             )
         )
     return tf.reduce_all(tf.stack(written))
