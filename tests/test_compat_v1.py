@@ -25,7 +25,7 @@ import tensorflow as tf
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from helpers import read_events, reference_buckets
+from helpers import read_packed, reference_buckets
 from tb_server import TensorBoardServer
 from tb_wur_plugin import metadata
 from tb_wur_plugin.compat import v1 as wur_v1
@@ -155,25 +155,32 @@ def test_summary_steps_give_the_ratios_numpy_computes(six_runs):
 
 
 def test_the_summary_is_what_watch_writes(six_runs):
-    """Tags, kinds, data classes, indices, float32 values and the skipped-step marker."""
+    """One packed value (protocol version 3): its tag, kind, data class, the layers in
+    order with their shapes and descriptions, the float32 ratios and the skipped-step
+    marker."""
     _, runs = six_runs
     summary = summary_pb2.Summary.FromString(runs["adam"]["summaries"][3])
-    assert [v.tag for v in summary.value] == TAGS + [metadata.SKIPPED_STEP_TAG]
-    for index, value in enumerate(summary.value):
-        content = metadata.parse_plugin_content(value.metadata.plugin_data.content)
-        assert value.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME
-        assert value.metadata.data_class == summary_pb2.DATA_CLASS_SCALAR
-        array = tensor_util.make_ndarray(value.tensor)
-        assert array.dtype == np.float32 and array.shape == ()
-        if index < len(TAGS):
-            # the variable's shape (the reader's layer kind): kernels [in, out], biases [out]
-            shape = content.pop("shape")
-            assert content == {"version": 1, "kind": metadata.KIND_RATIO, "index": index}
-            units = 8 if "hidden" in TAGS[index] else 3
-            assert shape[-1] == units and len(shape) == (2 if TAGS[index].endswith("kernel") else 1)
-            assert array == np.float32(runs["adam"]["fetched"][3][TAGS[index]])
-        else:
-            assert content["kind"] == metadata.KIND_SKIPPED_STEP and array == 0
+    (value,) = summary.value
+    assert value.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME
+    assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
+    content = metadata.parse_plugin_content(value.metadata.plugin_data.content)
+    assert content["kind"] == metadata.KIND_PACKED_RATIOS and content["offset"] == 0
+    assert content["version"] == metadata.PACKED_VERSION
+    layers = metadata.packed_layers(content)
+    assert value.tag == metadata.packed_tag(metadata.KIND_PACKED_RATIOS, layers, 0)
+    assert [layer.tag for layer in layers] == TAGS
+    for index, layer in enumerate(layers):
+        # the variable's shape (the reader's layer kind): kernels [in, out], biases [out]
+        units = 8 if "hidden" in TAGS[index] else 3
+        assert layer.shape[-1] == units
+        assert len(layer.shape) == (2 if TAGS[index].endswith("kernel") else 1)
+        assert layer.description == metadata.ratio_description(layer.tag, layer.shape, "float32")
+    array = tensor_util.make_ndarray(value.tensor)
+    assert array.dtype == np.float32 and array.shape == (len(TAGS) + 1,)
+    ratios, skipped = metadata.decode_packed_ratios(array, len(TAGS))
+    for index, tag in enumerate(TAGS):
+        assert ratios[0, index] == np.float32(runs["adam"]["fetched"][3][tag])
+    assert array[-1] == 0 and not skipped[0]
 
 
 def _read_export(server: TensorBoardServer, run: str) -> dict:
@@ -270,23 +277,24 @@ def test_histograms_are_the_projects_counts_of_the_elementwise_ratios():
     run = train_classic("momentum", histograms=True)
     summary = summary_pb2.Summary.FromString(run["summaries"][6])
     before, after = run["expected"][6]["_before_after"]
-    values = {v.tag: v for v in summary.value}
-    for tag, old, new in zip(TAGS, before, after):
-        value = values[metadata.histogram_tag(tag)]
-        assert metadata.parse_plugin_content(value.metadata.plugin_data.content)["kind"] == \
-            metadata.KIND_HISTOGRAM
-        assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
-        stored = tensor_util.make_ndarray(value.tensor)
-        assert stored.dtype == np.uint8  # protocol version 2: varints
-        counts = metadata.decode_histogram(stored)
-        assert counts.dtype == np.int64 and counts.shape == (metadata.NUM_BUCKETS,)
+    (_, value) = summary.value  # after the ratios
+    content = metadata.parse_plugin_content(value.metadata.plugin_data.content)
+    assert content["kind"] == metadata.KIND_PACKED_HISTOGRAMS and content["offset"] == 0
+    assert value.metadata.data_class == summary_pb2.DATA_CLASS_TENSOR
+    assert [layer.tag for layer in metadata.packed_layers(content)] == TAGS
+    stored = tensor_util.make_ndarray(value.tensor)
+    assert stored.dtype == np.uint8  # varints
+    counts = metadata.decode_packed_histograms(stored, len(TAGS))
+    assert counts.dtype == np.int64 and counts.shape == (len(TAGS), metadata.NUM_BUCKETS)
+    for tag, row, old, new in zip(TAGS, counts, before, after):
         elementwise = np.abs((new - old) / old)  # float32, as the project computes them
-        np.testing.assert_array_equal(counts, reference_buckets(elementwise), err_msg=tag)
+        np.testing.assert_array_equal(row, reference_buckets(elementwise), err_msg=tag)
 
 
-def _one_step(gradients: dict, histograms: bool = False) -> tuple[dict, dict]:
+def _one_step(gradients: dict, histograms: bool = False) -> tuple[dict, float, dict, dict]:
     """One summary step of SGD (lr 1) on variables {name: (initial value, gradient)}:
-    ({tag: value in the summary}, {name: (before, after)})."""
+    ({tag: ratio in the summary}, its skipped-step marker, {tag: histogram counts in it},
+    {name: (before, after)})."""
     with tf.Graph().as_default():
         variables = {n: v1.get_variable(n, initializer=np.asarray(init, np.float32))
                      for n, (init, _) in gradients.items()}
@@ -299,41 +307,53 @@ def _one_step(gradients: dict, histograms: bool = False) -> tuple[dict, dict]:
             before = session.run(variables)
             summary = summary_pb2.Summary.FromString(session.run(wur.summary))
             after = session.run(variables)
-    values = {v.tag: tensor_util.make_ndarray(v.tensor) for v in summary.value}
-    values = {tag: metadata.decode_histogram(value) if metadata.layer_of_histogram_tag(tag)
-              else value for tag, value in values.items()}
-    return values, {n: (before[n], after[n]) for n in gradients}
+    ratios, marker, counts = {}, None, {}
+    for value in summary.value:  # each with its metadata, as TF1 summary ops write them
+        content = metadata.parse_plugin_content(value.metadata.plugin_data.content)
+        layers = [layer.tag for layer in metadata.packed_layers(content)]
+        stored = tensor_util.make_ndarray(value.tensor)
+        if content["kind"] == metadata.KIND_PACKED_RATIOS:
+            got, skipped = metadata.decode_packed_ratios(stored, len(layers))
+            ratios.update(zip(layers, got[0]))
+            marker = float(stored[-1])
+            assert marker == float(skipped[0])
+        else:
+            assert content["kind"] == metadata.KIND_PACKED_HISTOGRAMS
+            counts.update(zip(layers, metadata.decode_packed_histograms(stored, len(layers))))
+    assert sorted(counts) == (sorted(ratios) if histograms else [])
+    return ratios, marker, counts, {n: (before[n], after[n]) for n in gradients}
 
 
 def test_skipped_step_marker_is_1_when_nothing_moved():
     """Zero weights that do not move have ratio 0 (not NaN), as the contract says."""
-    values, _ = _one_step({"w": (np.ones(3), np.zeros(3)), "z": (np.zeros(3), np.zeros(3))})
-    assert values == {"w": 0.0, "z": 0.0, metadata.SKIPPED_STEP_TAG: 1.0}
+    ratios, marker, _, _ = _one_step(
+        {"w": (np.ones(3), np.zeros(3)), "z": (np.zeros(3), np.zeros(3))})
+    assert ratios == {"w": 0.0, "z": 0.0} and marker == 1.0
 
 
 def test_special_ratios_and_their_histogram_buckets():
     """0 where nothing moved, +inf where a zero weight moved, in the ratio and in the
     histogram's zero and inf buckets (in TF1 graphs `==` does not compare elementwise)."""
-    values, moved = _one_step({
+    ratios, marker, counts_of, moved = _one_step({
         "zero_moves": (np.zeros(4), np.ones(4)),
         "part": ([0.0, 1.0, 2.0, 0.0, 3.0], [1.0, 0.0, 1.0, 0.0, 1e-3]),
         "still": (np.ones(2), np.zeros(2)),
     }, histograms=True)
-    assert values["zero_moves"] == np.inf and values["still"] == 0.0
-    assert values[metadata.SKIPPED_STEP_TAG] == 0.0
+    assert ratios["zero_moves"] == np.inf and ratios["still"] == 0.0
+    assert marker == 0.0
     for name, (old, new) in moved.items():
         with np.errstate(divide="ignore", invalid="ignore"):
             elementwise = np.abs(np.where(new == old, 0.0, (new - old) / old))
-        np.testing.assert_array_equal(values[metadata.histogram_tag(name)],
-                                      reference_buckets(elementwise), err_msg=name)
-    counts = values[metadata.histogram_tag("part")]
+        np.testing.assert_array_equal(counts_of[name], reference_buckets(elementwise),
+                                      err_msg=name)
+    counts = counts_of["part"]
     assert counts[metadata.ZERO_BUCKET] == 2 and counts[metadata.INF_BUCKET] == 1
     assert counts[metadata.NAN_BUCKET] == 0
 
 
 def test_a_ratio_below_float32s_range_is_not_stored_as_0():
-    values, _ = _one_step({"big": ([3e38, 1e-8], [0.0, 1e-8])})  # ratio 3e-47
-    assert values["big"] == np.finfo(np.float32).smallest_subnormal
+    ratios, _, _, _ = _one_step({"big": ([3e38, 1e-8], [0.0, 1e-8])})  # ratio 3e-47
+    assert ratios["big"] == np.finfo(np.float32).smallest_subnormal
 
 
 def test_var_list_selects_and_orders_the_watched_variables():
@@ -433,15 +453,16 @@ def test_the_hook_logs_the_ratios_of_the_users_own_train_op(tmp_path):
                     session.run(mlp.loss, mlp.feed(step))  # not a training step
                 session.run(mlp.train_op, mlp.feed(step))
     states = _reference_trajectory("adam", 10)
-    series = read_events(logdir)
+    series = read_packed(logdir)  # each tag's metadata kept in its first event only
+    assert sorted(series.ratios) == sorted(series.histograms) == sorted(TAGS)
     for index, tag in enumerate(TAGS):
-        points = series[tag]
-        assert [step for step, _, _ in points] == [0, 4, 8]
-        for step, value, _ in points:
+        points = series.ratios[tag]
+        assert [step for step, _ in points] == [0, 4, 8]
+        for step, value in points:
             want = numpy_ratio(states[step][index], states[step + 1][index])
             np.testing.assert_allclose(value, want, rtol=1e-6, err_msg=f"{tag} {step}")
-        assert [s for s, _, _ in series[metadata.histogram_tag(tag)]] == [0, 4, 8]
-    assert [float(v) for _, v, _ in series[metadata.SKIPPED_STEP_TAG]] == [0.0, 0.0, 0.0]
+        assert [s for s, _ in series.histograms[tag]] == [0, 4, 8]
+    assert [marker for _, marker in series.skipped] == [0.0, 0.0, 0.0]
 
 
 # --- reference variables --------------------------------------------------------------
