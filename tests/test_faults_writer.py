@@ -67,10 +67,19 @@ def tear_last_ratio_record(source: str, target_dir: str) -> None:
         data = f.read()
     ends = record_ends(data)
     starts = [0] + ends[:-1]
-    for start, end in reversed(list(zip(starts, ends))):
-        event = event_pb2.Event.FromString(data[start + 12:end - 4])
-        if any(not metadata.is_reserved_tag(v.tag) for v in event.summary.value):
+    events = [event_pb2.Event.FromString(data[start + 12:end - 4])
+              for start, end in zip(starts, ends)]
+    ratio_tags = {  # per tag or packed: their metadata is in their first event only
+        v.tag for event in events for v in event.summary.value
+        if v.metadata.plugin_data.plugin_name == metadata.PLUGIN_NAME
+        and metadata.parse_plugin_content(v.metadata.plugin_data.content)["kind"]
+        in (metadata.KIND_RATIO, metadata.KIND_PACKED_RATIOS)
+    }
+    for start, end, event in reversed(list(zip(starts, ends, events))):
+        if any(v.tag in ratio_tags for v in event.summary.value):
             break
+    else:
+        raise AssertionError(f"{source}: no record holds ratios")
     os.makedirs(target_dir)
     with open(os.path.join(target_dir, os.path.basename(source)), "wb") as f:
         f.write(data[:(start + end) // 2])
