@@ -351,7 +351,8 @@ def test_bad_minimize_arguments():
 
 
 def read_line_search(logdir):
-    """tag -> {step: value} of the line-search series, read with summary_iterator, and the
+    """tag -> {step: value} of the line-search series (and of any other series in the
+    logdir: a float for a scalar, else the array), read with summary_iterator, and the
     metadata of each tag."""
     values, metas = {}, {}
     for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
@@ -359,8 +360,9 @@ def read_line_search(logdir):
             for value in event.summary.value:
                 if value.HasField("metadata"):
                     metas[value.tag] = value.metadata
-                values.setdefault(value.tag, {})[event.step] = float(
-                    tf.make_ndarray(value.tensor))
+                array = tf.make_ndarray(value.tensor)
+                values.setdefault(value.tag, {})[event.step] = (
+                    float(array) if array.ndim == 0 else array)
     return values, metas
 
 
@@ -862,4 +864,6 @@ def test_example_runs(tmp_path, monkeypatch, capsys):
     assert "stored step size" in capsys.readouterr().out
     values, metas = read_line_search(os.path.join(logdir, "train"))
     assert sorted(values[metadata.LINE_SEARCH_STEP_SIZE_TAG]) == list(range(57))
-    assert any(not metadata.is_reserved_tag(tag) for tag in values)  # the ratios, same run
+    # the ratios, same run: the packed series of the callback
+    assert any(metadata.parse_plugin_content(meta.plugin_data.content)["kind"]
+               == metadata.KIND_PACKED_RATIOS for meta in metas.values())
