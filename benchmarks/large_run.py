@@ -1,12 +1,14 @@
-"""A large run through the real TensorBoard (issue #18): LAYERS ratio series x STEPS steps,
+"""A large run through the real TensorBoard (issues #18, #24): LAYERS layers x STEPS steps,
 written once with the TF-free `tb_wur_plugin.writer.SummaryWriter` (cached under
-benchmarks/.data), served by `tensorboard` with the fast loader and the Python loader.
+benchmarks/.data), in the packed layout (default) or the per-tag one (`--layout per_tag`),
+served by `tensorboard` with the fast loader and the Python loader.
 
 Per loader:
 - serving_s: from starting `tensorboard` until it serves (its own start: it imports
   TensorFlow where installed, then starts its data server, whose load begins then);
 - all_steps_s: from starting `tensorboard` until /runs shows every layer with STEPS logged
-  steps (polled once a second, as a tab left open polls on reload);
+  steps (polled every 0.25 s, a tab left open polls on reload); after_serving_s: the same
+  from the moment it serves;
 - peak_rss_mb: the peak resident memory of tensorboard and its data server together (the
   process group, sampled every 0.2 s from /proc), over the whole run of requests;
 - heatmap_cold_s / heatmap_warm_s: /heatmap?columns=COLUMNS of the run, the first request
@@ -21,6 +23,7 @@ step timed and the top of cProfile's cumulative listing printed, to see what is 
     python benchmarks/large_run.py --loaders fast
     python benchmarks/large_run.py --profile
     python benchmarks/large_run.py --smoke               # 20 x 200, for CI
+    python benchmarks/large_run.py --layers 1000 --steps 100000 --loaders fast
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def tags(layers: int) -> list[str]:
     return [f"dense_{i // 2}/{'kernel' if i % 2 == 0 else 'bias'}" for i in range(layers)]
 
 
-def write_run(path: str, layers: int, steps: int) -> float:
+def write_run(path: str, layers: int, steps: int, packed: bool = True) -> float:
     """Writes the run `run` under `path` (once); the seconds it took (0 when cached)."""
     run = os.path.join(path, "run")
     if glob.glob(os.path.join(run, "events.out.tfevents.*")) and os.path.exists(
@@ -63,7 +66,7 @@ def write_run(path: str, layers: int, steps: int) -> float:
     level = rng.uniform(-5, -1, size=layers)
     names = tags(layers)
     began = time.perf_counter()
-    with SummaryWriter(run) as writer:
+    with SummaryWriter(run, packed=packed) as writer:
         for step in range(steps):
             values = 10.0 ** (level + rng.normal(0, 0.15, size=layers))
             writer.add_ratios(dict(zip(names, values.tolist())), step)
@@ -134,7 +137,7 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
                         break
                 if time.perf_counter() - began > 1800:
                     raise RuntimeError("timed out waiting for every step")
-                time.sleep(1.0)
+                time.sleep(0.25)
             all_steps = time.perf_counter() - began
             rss_loaded = rss.by_process()
 
@@ -156,6 +159,7 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             "loader": "fast" if load_fast else "python",
             "serving_s": round(serving, 1),
             "all_steps_s": round(all_steps, 1),
+            "after_serving_s": round(all_steps - serving, 1),
             "polls": polls,
             "rss_loaded_mb": {k: round(v / 2**20) for k, v in rss_loaded.items()},
             "peak_rss_mb": round(rss.peak / 2**20),
@@ -182,10 +186,11 @@ def profile(logdir: str, load_fast: bool, columns: int, top: int) -> None:
         if load_fast:  # the data server loads in the background: wait for every point
             ctx = tb_context.RequestContext()
             while True:
-                listing = provider.list_scalars(ctx, experiment_id="", plugin_name="wur")
-                series = listing.get("run", {})
-                if series and all(s.max_step == STEPS - 1 for s in series.values()) and len(
-                    series) == LAYERS + 1:
+                listing = {
+                    **provider.list_scalars(ctx, experiment_id="", plugin_name="wur").get("run", {}),
+                    **provider.list_tensors(ctx, experiment_id="", plugin_name="wur").get("run", {}),
+                }
+                if listing and all(s.max_step == STEPS - 1 for s in listing.values()):
                     break
                 time.sleep(0.5)
         print(f"[{loader}] loaded in {time.perf_counter() - began:.1f} s", flush=True)
@@ -229,15 +234,16 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--layout", choices=("packed", "per_tag"), default="packed")
     args = parser.parse_args()
     if args.smoke:
         args.layers, args.steps, args.columns = 20, 200, 100
     LAYERS, STEPS = args.layers, args.steps
-    path = os.path.join(HERE, ".data", f"large_run_{args.layers}x{args.steps}")
-    written = write_run(path, args.layers, args.steps)
+    path = os.path.join(HERE, ".data", f"large_run_{args.layout}_{args.layers}x{args.steps}")
+    written = write_run(path, args.layers, args.steps, args.layout == "packed")
     size = event_bytes(path)
     print(json.dumps({
-        "layers": args.layers, "steps": args.steps, "event_bytes": size,
+        "layers": args.layers, "steps": args.steps, "layout": args.layout, "event_bytes": size,
         "bytes_per_point": round(size / (args.layers * args.steps), 1),
         "write_s": round(written, 1),
     }), flush=True)

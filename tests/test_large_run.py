@@ -79,7 +79,8 @@ def _expected_csv():
     rows = ["tag,step,wall_time,ratio"]
     for layer, tag in enumerate(tags):
         for step in range(STEPS):
-            rows.append(f"{tag},{step},{WALL_TIME + step / 4!r},{float(ratios[step, layer])!r}")
+            # float32 ratios: 9 significant digits (http_api.md)
+            rows.append(f"{tag},{step},{WALL_TIME + step / 4!r},{float(ratios[step, layer]):.9g}")
     return "\r\n".join(rows) + "\r\n"
 
 
