@@ -63,10 +63,11 @@ def load_once(binary: str, logdir: str) -> dict:
         )
         try:
             cycle = None
-            for line in process.stderr:
-                found = re.search(r"Finished load cycle \((\d+) ms\)", line)
+            for line in process.stderr:  # e.g. "Finished load cycle (8.6123s)", Rust's Duration
+                found = re.search(r"Finished load cycle \(([\d.]+)(ns|µs|us|ms|s)\)", line)
                 if found:
-                    cycle = int(found.group(1))
+                    scale = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+                    cycle = round(float(found.group(1)) * scale[found.group(2)], 1)
                     break
             if cycle is None:
                 raise RuntimeError("the data server ended before a load cycle finished")
