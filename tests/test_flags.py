@@ -15,7 +15,8 @@ from tb_wur_plugin import cli
 from tb_wur_plugin.read import flags, heatmap
 from tb_wur_plugin.writer import SummaryWriter
 
-IN, HI, LO = 1e-3, 5e-2, 1e-6  # in the band [1e-4, 1e-2], above it, below it
+# in the band [1e-4, 1e-2], above it, below it; float32, the precision the matrix holds
+IN, HI, LO = (float(np.float32(x)) for x in (1e-3, 5e-2, 1e-6))
 
 
 def judge(values, skipped=(), patience=5, steps=None):

@@ -12,7 +12,8 @@ def _random_matrix(rng, n_layers=6, n_steps=80):
     series = []
     for layer in range(n_layers):
         steps = np.sort(rng.choice(np.arange(0, 3 * n_steps, 3), size=rng.integers(1, n_steps), replace=False))
-        values = 10.0 ** rng.uniform(-6, 0, size=len(steps))
+        # float32 values: the precision writers store and the matrix holds
+        values = (10.0 ** rng.uniform(-6, 0, size=len(steps))).astype(np.float32).astype(np.float64)
         special = rng.random(len(steps))
         values[special < 0.05] = 0.0
         values[(special > 0.05) & (special < 0.08)] = np.inf
@@ -72,7 +73,8 @@ def test_one_column_per_step_when_they_fit():
     columns = heatmap.make_columns(matrix.steps, 0, 20, 3)
     np.testing.assert_array_equal(columns.start, [0, 10, 20])
     values, missing = heatmap.reduce_columns(matrix, columns, "last")
-    np.testing.assert_array_equal(values, [[1e-3, 2e-3, 3e-3]])
+    # the matrix holds float32, the precision every writer stores
+    np.testing.assert_array_equal(values, np.float32([[1e-3, 2e-3, 3e-3]]))
     assert not missing.any()
 
 
@@ -135,7 +137,8 @@ def test_held_cells_take_any_ratio_and_binned_columns_hold_too():
     assert not missing.any()
     # bins 0-1 (step 0), 6-7 (7), 14-15 (14), 20-21 (21) are measured; the others held
     assert list(zip(held.first, held.count, held.step)) == [(1, 2, 0), (4, 3, 7), (8, 2, 14)]
-    np.testing.assert_array_equal(filled[0], [np.nan, np.nan, np.nan, 0, 0, 0, 0, np.inf, np.inf, np.inf, 1e-3])
+    np.testing.assert_array_equal(
+        filled[0], [np.nan, np.nan, np.nan, 0, 0, 0, 0, np.inf, np.inf, np.inf, np.float32(1e-3)])
 
 
 def test_an_empty_range_is_one_missing_column():

@@ -29,7 +29,8 @@ def quotient(a: RunMatrix, b: RunMatrix) -> RunMatrix:
     rb = np.array([rows_b[t] for t in tags], np.intp)
     steps = np.intersect1d(a.steps, b.steps)
     ca, cb = np.searchsorted(a.steps, steps), np.searchsorted(b.steps, steps)
-    va, vb = a.values[np.ix_(ra, ca)], b.values[np.ix_(rb, cb)]
+    va = a.values[np.ix_(ra, ca)].astype(np.float64)
+    vb = b.values[np.ix_(rb, cb)].astype(np.float64)
     judged = ~a.skipped_mask[ca] & ~b.skipped_mask[cb]
     present = a.present[np.ix_(ra, ca)] & b.present[np.ix_(rb, cb)] & judged[None, :]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -49,8 +50,8 @@ def log10_quotients(a: RunMatrix, b: RunMatrix) -> tuple[tuple[str, ...], list[n
     ca, cb = np.searchsorted(a.steps, q.steps), np.searchsorted(b.steps, q.steps)
     out = []
     for row, tag in enumerate(q.tags):
-        va = a.values[rows_a[tag], ca]
-        vb = b.values[rows_b[tag], cb]
+        va = a.values[rows_a[tag], ca].astype(np.float64)
+        vb = b.values[rows_b[tag], cb].astype(np.float64)
         with np.errstate(invalid="ignore"):
             ok = q.present[row] & (va > 0) & (va < np.inf) & (vb > 0) & (vb < np.inf)
         out.append(np.log10(va[ok]) - np.log10(vb[ok]))

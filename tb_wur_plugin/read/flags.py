@@ -147,7 +147,7 @@ def judge_layers(
         if k not in metadata.LAYER_KINDS:
             raise ValueError(f"unknown layer kind {k!r}; expected one of {metadata.LAYER_KINDS}")
 
-    v, p = matrix.values, matrix.present
+    v, p = matrix.values.astype(np.float64), matrix.present
     skipped = p & matrix.skipped_mask
     judged = p & ~skipped
     with np.errstate(invalid="ignore"):

@@ -41,7 +41,8 @@ class RunMatrix:
 
     tags: tuple[str, ...]
     steps: np.ndarray  # int64[S], sorted, distinct
-    values: np.ndarray  # float64[L, S], NaN where not present
+    # float32[L, S] (the precision every writer stores), NaN where not present
+    values: np.ndarray
     present: np.ndarray  # bool[L, S]
     # bool[S]: steps the optimizer skipped (the skipped-step marker was 1); None: none
     skipped: np.ndarray | None = None
@@ -61,11 +62,13 @@ class RunMatrix:
             The matrix, its steps the union of the series' steps.
         """
         if not series:
-            return cls((), np.zeros(0, np.int64), np.zeros((0, 0)), np.zeros((0, 0), bool))
+            return cls(
+                (), np.zeros(0, np.int64), np.zeros((0, 0), np.float32), np.zeros((0, 0), bool)
+            )
         # the layers of a packed series share one steps array: each array is merged once
         step_arrays = {id(s): s for _, s, _ in series}
         steps = np.unique(np.concatenate(list(step_arrays.values())).astype(np.int64))
-        values = np.full((len(series), len(steps)), np.nan)
+        values = np.full((len(series), len(steps)), np.nan, np.float32)
         present = np.zeros((len(series), len(steps)), bool)
         columns_of: dict[int, np.ndarray | slice] = {}
         for row, (_, tag_steps, tag_values) in enumerate(series):
@@ -89,28 +92,37 @@ class RunMatrix:
     @functools.cached_property
     def classes(self) -> np.ndarray:
         """int8[L, S]: MISSING, POSITIVE (finite > 0), ZERO, INF or BROKEN (NaN, negative)."""
-        v = self.values
-        with np.errstate(invalid="ignore"):
-            classes = np.select(
-                [~self.present, (v > 0) & (v < np.inf), v == 0, v == np.inf],
-                [MISSING, POSITIVE, ZERO, INF],
-                BROKEN,
-            )
-        return classes.astype(np.int8)
-
-    @functools.cached_property
-    def log10_positive(self) -> np.ndarray:
-        """float64[L, S]: log10 of the positive finite ratios, 0 elsewhere."""
-        positive = self.classes == POSITIVE
-        return np.log10(np.where(positive, self.values, 1.0))
+        classes = np.empty(self.values.shape, np.int8)
+        for rows in row_blocks(self.values.shape):
+            classes[rows] = cell_classes(self.values[rows], self.present[rows])
+        return classes
 
     @property
     def nbytes(self) -> int:
-        """Memory held, counting the derived arrays (computed on first use)."""
-        return (
-            self.steps.nbytes + self.values.nbytes * 2 + self.present.nbytes * 2
-            + self.skipped_mask.nbytes
-        )
+        """Memory held, counting the derived classes (computed on first use)."""
+        return self.steps.nbytes + self.values.nbytes + self.present.nbytes * 2 + (
+            self.skipped_mask.nbytes)
+
+
+def cell_classes(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """int8 of the same shape: the class of each cell (MISSING, POSITIVE, ...)."""
+    with np.errstate(invalid="ignore"):
+        return np.select(
+            [~present, (values > 0) & (values < np.inf), values == 0, values == np.inf],
+            [MISSING, POSITIVE, ZERO, INF],
+            BROKEN,
+        ).astype(np.int8)
+
+
+# Cells a block of rows holds while a large matrix is reduced (bounds the temporaries).
+BLOCK_CELLS = 1 << 21
+
+
+def row_blocks(shape: tuple[int, ...]):
+    """Slices of rows of a [L, S] array, each of about BLOCK_CELLS cells (one row at least)."""
+    n_rows, n_cols = shape[0], shape[1] if len(shape) > 1 else 1
+    per_block = max(1, BLOCK_CELLS // max(n_cols, 1))
+    return [slice(r, min(r + per_block, n_rows)) for r in range(0, n_rows, per_block)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,46 +219,64 @@ def reduce_columns(
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; expected one of {REDUCTIONS}")
     n_layers, n_columns = len(matrix.tags), len(columns.start)
-    edges = np.searchsorted(matrix.steps, np.append(columns.start, columns.end + 1))
+    values = np.full((n_layers, n_columns), np.nan)
+    missing = np.ones((n_layers, n_columns), bool)
+    for rows in row_blocks(matrix.values.shape):
+        values[rows], missing[rows] = _reduce_rows(
+            matrix.values[rows], matrix.present[rows], matrix.classes[rows], matrix.steps,
+            columns, reduction,
+        )
+    return values, missing
+
+
+def _reduce_rows(
+    v: np.ndarray, present: np.ndarray, classes: np.ndarray, steps: np.ndarray,
+    columns: Columns, reduction: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`reduce_columns` of some rows of a matrix (their values, present and classes)."""
+    n_layers, n_columns = v.shape[0], len(columns.start)
+    edges = np.searchsorted(steps, np.append(columns.start, columns.end + 1))
     lo, hi = edges[:-1], edges[1:]
     nonempty = hi > lo
     base, stop = lo[0], hi[-1]
     reduced = int(np.searchsorted(lo, stop))  # columns that start before the range ends
 
-    def per_column(array: np.ndarray, ufunc: np.ufunc, neutral) -> np.ndarray:
+    def per_column(array: np.ndarray, ufunc: np.ufunc, neutral, dtype=None) -> np.ndarray:
         """ufunc over each column's steps [lo, hi) of `array` ([L, S]); `neutral` if none."""
-        out = np.full((n_layers, n_columns), neutral, array.dtype)
+        out = np.full((n_layers, n_columns), neutral, dtype or array.dtype)
         if stop > base:
-            out[:, :reduced] = ufunc.reduceat(array[:, base:stop], lo[:reduced] - base, axis=1)
+            out[:, :reduced] = ufunc.reduceat(
+                array[:, base:stop], lo[:reduced] - base, axis=1, dtype=dtype)
         out[:, ~nonempty] = neutral
         return out
 
-    classes = matrix.classes
     count = {
-        c: per_column((classes == c).astype(np.int32), np.add, 0)
+        c: per_column((classes == c), np.add, 0, np.int32)
         for c in (POSITIVE, ZERO, INF, BROKEN)
     }
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
-    v = matrix.values
     if reduction == "last":
-        index = np.where(matrix.present, np.arange(v.shape[1]), -1)
+        index = np.where(present, np.arange(v.shape[1]), -1)
         last_index = np.maximum.accumulate(index, axis=1)[:, np.maximum(hi - 1, 0)]
-        out = np.take_along_axis(v, np.maximum(last_index, 0), axis=1)
+        out = np.take_along_axis(v, np.maximum(last_index, 0), axis=1).astype(np.float64)
         return np.where(missing, np.nan, out), missing
     positive = count[POSITIVE] > 0
+    is_positive = classes == POSITIVE
     if reduction == "mean_log10":
-        logs = per_column(matrix.log10_positive, np.add, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log10(np.where(is_positive, v, np.float32(1)).astype(np.float64))
+        logs = per_column(logs, np.add, 0.0)
         out = np.where(
             positive,
             10.0 ** (logs / np.maximum(count[POSITIVE], 1)),
             np.where(count[INF] > 0, np.inf, 0.0),
         )
     elif reduction == "max":
-        largest = per_column(np.where(classes == POSITIVE, v, 0.0), np.maximum, 0.0)
-        out = np.where(count[INF] > 0, np.inf, largest)
+        largest = per_column(np.where(is_positive, v, np.float32(0)), np.maximum, 0.0)
+        out = np.where(count[INF] > 0, np.inf, largest.astype(np.float64))
     else:  # min
-        smallest = per_column(np.where(classes == POSITIVE, v, np.inf), np.minimum, np.inf)
-        out = np.where(count[ZERO] > 0, 0.0, smallest)
+        smallest = per_column(np.where(is_positive, v, np.float32(np.inf)), np.minimum, np.inf)
+        out = np.where(count[ZERO] > 0, 0.0, smallest.astype(np.float64))
     out = np.where(count[BROKEN] > 0, np.nan, out)
     return np.where(missing, np.nan, out), missing
 
@@ -296,10 +326,13 @@ def hold_gaps(
         return values, missing, Held.none()
     lo = np.searchsorted(matrix.steps, columns.start)  # first step index in each column
     hi = np.searchsorted(matrix.steps, np.append(columns.start[1:], columns.end + 1))
-    index = np.where(matrix.present, np.arange(n_steps, dtype=np.int32), np.int32(-1))
-    last_at = np.maximum.accumulate(index, axis=1)  # [L, S]: last logged index ≤ s
-    source = np.where(lo > 0, last_at[:, np.maximum(lo - 1, 0)], -1)  # [L, C]
-    layer_last = last_at[:, -1]
+    source = np.empty(missing.shape, np.int64)  # [L, C]: last logged index before the column
+    layer_last = np.empty(len(matrix.tags), np.int64)
+    for rows in row_blocks(matrix.values.shape):
+        index = np.where(matrix.present[rows], np.arange(n_steps, dtype=np.int32), np.int32(-1))
+        last_at = np.maximum.accumulate(index, axis=1)  # last logged index ≤ s
+        source[rows] = np.where(lo > 0, last_at[:, np.maximum(lo - 1, 0)], -1)
+        layer_last[rows] = last_at[:, -1]
     held = missing & (source >= 0) & (layer_last[:, None] >= hi[None, :])
     if not held.any():
         return values, missing, Held.none()

@@ -77,10 +77,10 @@ def suggested_learning_rates(
     for row, tag in enumerate(matrix.tags):
         logged = np.flatnonzero(matrix.present[row])
         columns = logged[-last:]
-        r = matrix.values[row, columns]
+        r = matrix.values[row, columns].astype(np.float64)
         with np.errstate(invalid="ignore"):
             ok = judged[columns] & (r > 0) & (r < np.inf) & lr_ok[columns]
-            every = matrix.values[row, logged]
+            every = matrix.values[row, logged].astype(np.float64)
             moved = np.flatnonzero(judged[logged] & (every > 0))  # its first update that moved
             after = every[moved[0] + 1:] if len(moved) else every[:0]
             finite = not (np.any(~(every >= 0)) or np.any(after == np.inf))
