@@ -656,10 +656,50 @@ class RunData:
         key, signature = (experiment, run), listing.signature
         matrix = self._matrices.get(key, signature)
         if matrix is None:
-            series, skipped_steps = self._read_in_model_order(ctx, experiment, run, listing)
-            matrix = heatmap.RunMatrix.from_series(series, skipped_steps)
+            matrix = self._packed_matrix(ctx, experiment, run, listing)
+            if matrix is None:
+                series, skipped_steps = self._read_in_model_order(ctx, experiment, run, listing)
+                matrix = heatmap.RunMatrix.from_series(series, skipped_steps)
             self._matrices.put(key, signature, matrix)
         return matrix
+
+    def _packed_matrix(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
+    ) -> heatmap.RunMatrix | None:
+        """The matrix of a run written in one packed layer set (the usual run of a writer of
+        protocol version 3: every layer in one packed series, all of them logged at the same
+        steps), its rows filled one packed series at a time, so that no more than one series'
+        points are held beside the matrix; None for any other run (`_read_in_model_order`
+        then reads it)."""
+        layers = listing.layers
+        if listing.ratios or listing.marker is not None or not listing.packed or any(
+            len(sources) != 1 for _, sources in layers.values()
+        ):
+            return None
+        order = sorted(layers, key=lambda t: (layers[t][0], t))
+        row_of = {tag: row for row, tag in enumerate(order)}
+        steps = values = present = skipped = None
+        for packed_tag, source in sorted(listing.packed.items(), key=lambda p: p[1].offset):
+            packed = self.read_packed(ctx, experiment, run, packed_tag, source)
+            if packed is None or not len(packed[0]):
+                return None
+            chunk_steps, last = _last_written_index(packed[0])
+            if steps is None:
+                steps = chunk_steps
+                values = np.empty((len(order), len(steps)), np.float32)
+                skipped = np.zeros(len(steps), bool)
+            elif not np.array_equal(chunk_steps, steps):
+                return None  # layers logged at different steps: the general path
+            rows = [row_of[layer.tag] for layer in source.layers]
+            chunk = packed[2][last]
+            if rows == list(range(rows[0], rows[0] + len(rows))):
+                values[rows[0]:rows[0] + len(rows)] = chunk.T
+            else:
+                values[rows] = chunk.T
+            skipped |= packed[3][last]
+            del packed, chunk
+        present = np.ones(values.shape, bool)
+        return heatmap.RunMatrix(tuple(order), steps, values, present, skipped)
 
     def _read_in_model_order(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
