@@ -360,3 +360,23 @@ def test_the_shape_travels_with_the_ratios_and_older_runs_fall_back(tmp_path):
             w.add_ratios({"k": 1e-3}, 0, shapes=[(2,)])
     assert metadata.shape_from_description("Weight-update ratio of a: shape [], float32") == []
     assert metadata.shape_from_description("Weight-update ratio of a") is None
+
+
+def test_judging_in_blocks_of_steps_changes_nothing(monkeypatch):
+    """A large run is judged a few steps at a time (every condition of a cell depends on its
+    step alone): blocks of 8 steps give what one block gives, texts included."""
+    rng = np.random.default_rng(7)
+    n = 83
+    rows = {f"m{i}": list(10.0 ** rng.normal(-3, 0.3, n)) for i in range(4)}
+    rows["m0"][20:40] = [1e-9] * 20  # stalls: not moving while the others move
+    rows["m1"][50:70] = [x * 1e-4 for x in rows["m1"][50:70]]  # a slow outlier
+    rows.update({f"v{i}": list(10.0 ** rng.normal(-2.5, 0.3, n)) for i in range(4)})
+    rows["v2"][60] = math.nan
+    kinds = [M, M, M, M, V, V, V, V]
+    matrix = run_of(rows, skipped=[10, 11])
+    whole = flags.judge_layers(matrix, kinds=kinds)
+    assert {layer["reason"] for layer in whole} >= {"not_moving", "slow_outlier", "nan"}
+    monkeypatch.setattr(flags, "_BLOCK_CELLS", 8)
+    assert flags.judge_layers(matrix, kinds=kinds) == whole
+    assert flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds) == (
+        monkeypatch.undo() or flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds))

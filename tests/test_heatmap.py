@@ -211,3 +211,21 @@ def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
             # last: the ratio at the last logged step, a skipped one included (the contract)
             if key not in ("logged_steps", "skipped_steps", "last"):
                 assert f[key] == other[key], (key, f, other)
+
+
+@pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
+def test_reducing_in_blocks_of_rows_changes_nothing(monkeypatch, reduction):
+    matrix = heatmap.RunMatrix.from_series(
+        _random_matrix(np.random.default_rng(11), n_layers=9, n_steps=120), [3, 30])
+    columns = heatmap.make_columns(matrix.steps, 0, int(matrix.steps[-1]), 37)
+    whole = heatmap.hold_gaps(matrix, columns, *heatmap.reduce_columns(matrix, columns, reduction))
+    monkeypatch.setattr(heatmap, "BLOCK_CELLS", 1)  # one row at a time
+    blocked = heatmap.RunMatrix(matrix.tags, matrix.steps, matrix.values, matrix.present,
+                                matrix.skipped)  # classes computed anew, in blocks too
+    again = heatmap.hold_gaps(blocked, columns, *heatmap.reduce_columns(blocked, columns, reduction))
+    np.testing.assert_array_equal(again[0], whole[0])
+    np.testing.assert_array_equal(again[1], whole[1])
+    held, held_whole = again[2], whole[2]
+    assert held.cells and held.cells == held_whole.cells
+    for field in ("rows", "first", "count", "step"):
+        np.testing.assert_array_equal(getattr(held, field), getattr(held_whole, field))

@@ -147,8 +147,164 @@ def judge_layers(
         if k not in metadata.LAYER_KINDS:
             raise ValueError(f"unknown layer kind {k!r}; expected one of {metadata.LAYER_KINDS}")
 
-    v, p = matrix.values.astype(np.float64), matrix.present
-    skipped = p & matrix.skipped_mask
+    steps = matrix.steps
+    cells = _judged_cells(matrix, kinds, counting_band)
+
+    layers = []
+    for row, tag in enumerate(matrix.tags):
+        c = cells.row(row)
+        v_row = matrix.values[row].astype(np.float64)
+        p_row, judged_row, finite_row = c["present"], c["judged"], c["finite"]
+        below_row, above_row = c["below"], c["above"]
+        logged_cols = np.flatnonzero(p_row)
+        n_judged = int(judged_row.sum())
+        finite_values = v_row[finite_row]
+        moved = np.flatnonzero(judged_row & (v_row > 0))  # NaN compares False
+        inf_after = c["infinite"].copy()
+        inf_after[: (moved[0] + 1) if len(moved) else len(steps)] = False
+        findings: dict[str, dict] = {}
+        nan_cols = np.flatnonzero(c["broken"])
+        if len(nan_cols):
+            findings["nan"] = {"cols": nan_cols, "in_a_row": None, "total": len(nan_cols)}
+        inf_cols = np.flatnonzero(inf_after)
+        if len(inf_cols):
+            findings["inf"] = {"cols": inf_cols, "in_a_row": None, "total": len(inf_cols)}
+        streak_rules = [
+            ("not_moving", finite_row & c["run_moving"], c["still"]),
+            ("too_fast", finite_row, c["too_fast"]),
+            ("slow_outlier", c["peers_ok"], c["slow"]),
+            ("fast_outlier", c["peers_ok"], c["fast"]),
+        ]
+        if band is not None:
+            out = below_row | above_row
+            streak_rules.append(("band", finite_row, out))
+        streak_since, streak_length = None, 0
+        for name, evaluable, hit in streak_rules:
+            cols = _streak(evaluable, hit, patience)
+            if cols is None:
+                continue
+            if name == "band":
+                name = "above_band" if above_row[cols[0]] else "below_band"
+                streak_since, streak_length = int(steps[cols[0]]), len(cols)
+                hit_total = int((below_row | above_row).sum())
+            else:
+                hit_total = int(hit.sum())
+            findings[name] = {"cols": cols, "in_a_row": len(cols), "total": hit_total}
+        since = reason = None
+        if findings:
+            reason = min(findings, key=lambda r: (steps[findings[r]["cols"][0]], REASONS.index(r)))
+            since = int(steps[findings[reason]["cols"][0]])
+        finding = findings.get(reason)
+        out_steps = steps[below_row | above_row]
+        layer = {
+            "tag": tag,
+            "logged_steps": len(logged_cols),
+            "median": float(np.median(finite_values)) if len(finite_values) else None,
+            "last": float(v_row[logged_cols[-1]]) if len(logged_cols) else None,
+            "above": int(above_row.sum()),
+            "below": int(below_row.sum()),
+            "nonfinite": int(c["nonfinite"].sum()),
+            "flagged": since is not None,
+            "since": since,
+            "reason": reason,
+            "text": None,
+            "kind": kinds[row],
+            "judged_steps": n_judged,
+            "skipped_steps": int(c["skipped"].sum()),
+            "steps_in_a_row": finding["in_a_row"] if finding else None,
+            "steps_in_total": finding["total"] if finding else None,
+            "nan_steps": int(c["broken"].sum()),
+            "inf_steps": int(c["infinite"].sum()),
+            "first_nan_step": int(steps[nan_cols[0]]) if len(nan_cols) else None,
+            "first_inf_step": _first(steps[c["infinite"]]),
+            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
+            "first_out_of_band_step": _first(out_steps),
+            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
+            "streak_since": streak_since,
+            "streak_length": streak_length,
+        }
+        for name in REASONS:
+            f = findings.get(name)
+            layer[f"{name}_since"] = int(steps[f["cols"][0]]) if f else None
+        if finding is not None:
+            cols = finding["cols"]
+            layer["text"] = _text(
+                reason, since, finding, v_row[cols], cells.gap(row, cols), band, kinds[row]
+            )
+        layers.append(layer)
+    return layers
+
+
+# Cells judged at once (bounds the temporaries of a large run: ~15 float64 arrays of a block).
+_BLOCK_CELLS = 1 << 18
+# The per-cell conditions a layer's findings are read from (each a bool[L, S], kept as bits).
+_CONDITIONS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite",
+               "below", "above", "run_moving", "still", "too_fast", "peers_ok", "slow", "fast")
+
+
+class _JudgedCells:
+    """The per-cell conditions of a run's judgement, computed in blocks of steps (every
+    condition of a cell depends on its own step only: the peers are the other layers at that
+    step) and kept as bits, 15 bits a cell."""
+
+    def __init__(self, matrix: RunMatrix, groups: list[tuple], bits: dict[str, np.ndarray]):
+        self._matrix, self._groups, self._bits = matrix, groups, bits
+
+    def row(self, row: int) -> dict[str, np.ndarray]:
+        """{condition: bool[S]} of one layer."""
+        n = len(self._matrix.steps)
+        return {name: np.unpackbits(b[row], count=n).astype(bool) for name, b in self._bits.items()}
+
+    def gap(self, row: int, cols: np.ndarray) -> np.ndarray:
+        """log10 of the layer's ratio over its peers' median at columns `cols`."""
+        rows = [i for i, g in enumerate(self._groups) if g == self._groups[row]]
+        log_v = _positive_log10(self._matrix, rows, cols)
+        peer_log = _leave_one_out_median(log_v, min_others=MIN_PEERS)
+        return log_v[rows.index(row)] - peer_log[rows.index(row)]
+
+
+def _positive_log10(matrix: RunMatrix, rows: list[int], cols) -> np.ndarray:
+    """float64[len(rows), len(cols)]: log10 of the judged finite positive ratios, NaN elsewhere."""
+    v = matrix.values[np.ix_(rows, cols)].astype(np.float64)
+    judged = matrix.present[np.ix_(rows, cols)] & ~matrix.skipped_mask[cols][None, :]
+    with np.errstate(invalid="ignore"):
+        positive = judged & np.isfinite(v) & (v > 0)
+    return np.where(positive, np.log10(np.where(positive, v, 1.0)), np.nan)
+
+
+def _judged_cells(
+    matrix: RunMatrix, kinds: list[str], counting_band: tuple[float, float]
+) -> _JudgedCells:
+    n_layers, n_steps = matrix.values.shape
+    # a layer grows from zero when the first update that moved it found it at exactly 0
+    # (+inf): its ratio then falls as 1/k whatever its learning rate
+    applied = ~matrix.skipped_mask
+    from_zero = []
+    for row in range(n_layers):
+        v_row = matrix.values[row]
+        with np.errstate(invalid="ignore"):
+            moved = np.flatnonzero(matrix.present[row] & applied & (v_row > 0))
+        from_zero.append(bool(len(moved)) and v_row[moved[0]] == np.inf)
+    groups = [(k, z) for k, z in zip(kinds, from_zero)]
+    group_rows = [[i for i, g in enumerate(groups) if g == group] for group in set(groups)]
+    bits = {name: np.zeros((n_layers, -(-n_steps // 8)), np.uint8) for name in _CONDITIONS}
+    width = max(8, (_BLOCK_CELLS // max(n_layers, 1)) // 8 * 8)
+    for c0 in range(0, n_steps, width):
+        c1 = min(c0 + width, n_steps)
+        block = _block_conditions(matrix, slice(c0, c1), group_rows, counting_band)
+        for name, cells in block.items():
+            bits[name][:, c0 // 8:-(-c1 // 8)] = np.packbits(cells, axis=1)
+    return _JudgedCells(matrix, groups, bits)
+
+
+def _block_conditions(
+    matrix: RunMatrix, cols: slice, group_rows: list[list[int]],
+    counting_band: tuple[float, float],
+) -> dict[str, np.ndarray]:
+    """The conditions of _CONDITIONS for the steps `cols` of every layer."""
+    v = matrix.values[:, cols].astype(np.float64)
+    p = matrix.present[:, cols]
+    skipped = p & matrix.skipped_mask[cols][None, :]
     judged = p & ~skipped
     with np.errstate(invalid="ignore"):
         finite = judged & np.isfinite(v)
@@ -159,23 +315,13 @@ def judge_layers(
         below = finite & (v < counting_band[0])
         above = finite & (v > counting_band[1])
     log_v = np.where(positive, np.log10(np.where(positive, v, 1.0)), np.nan)
-    steps = matrix.steps
-
     # the run moves at a step when another layer's ratio is at least RUN_MOVING_FROM
     run_moving = _leave_one_out_max(np.where(finite, v, np.nan)) >= RUN_MOVING_FROM
-    # a layer grows from zero when the first update that moved it found it at exactly 0
-    # (+inf): its ratio then falls as 1/k whatever its learning rate
-    from_zero = []
-    for row in range(n_layers):
-        moved = np.flatnonzero(judged[row] & (v[row] > 0))  # NaN compares False
-        from_zero.append(bool(len(moved)) and v[row, moved[0]] == np.inf)
-    groups = [(k, z) for k, z in zip(kinds, from_zero)]
     # the peers' median of log10 ratio, per layer and step (NaN: too few peers)
     peer_log = np.full(v.shape, np.nan)
     # and the group's median, the layer included (NaN: too few layers)
     group_log = np.full(v.shape, np.nan)
-    for group in set(groups):
-        rows = [i for i, g in enumerate(groups) if g == group]
+    for rows in group_rows:
         peer_log[rows] = _leave_one_out_median(log_v[rows], min_others=MIN_PEERS)
         group_log[rows] = _group_median(log_v[rows], min_layers=MIN_PEERS + 1)
     with np.errstate(invalid="ignore"):
@@ -189,86 +335,12 @@ def judge_layers(
                 & (v >= FAST_OUTLIER_FROM))
         still = finite & (v < NOT_MOVING_BELOW)
         too_fast = finite & (v >= TOO_FAST_FROM)
-
-    layers = []
-    for row, tag in enumerate(matrix.tags):
-        logged_cols = np.flatnonzero(p[row])
-        n_judged = int(judged[row].sum())
-        finite_values = v[row, finite[row]]
-        moved = np.flatnonzero(judged[row] & (v[row] > 0))  # NaN compares False
-        inf_after = infinite[row].copy()
-        inf_after[: (moved[0] + 1) if len(moved) else len(steps)] = False
-        findings: dict[str, dict] = {}
-        nan_cols = np.flatnonzero(broken[row])
-        if len(nan_cols):
-            findings["nan"] = {"cols": nan_cols, "in_a_row": None, "total": len(nan_cols)}
-        inf_cols = np.flatnonzero(inf_after)
-        if len(inf_cols):
-            findings["inf"] = {"cols": inf_cols, "in_a_row": None, "total": len(inf_cols)}
-        streak_rules = [
-            ("not_moving", finite[row] & run_moving[row], still[row]),
-            ("too_fast", finite[row], too_fast[row]),
-            ("slow_outlier", peers_ok[row], slow[row]),
-            ("fast_outlier", peers_ok[row], fast[row]),
-        ]
-        if band is not None:
-            out = below[row] | above[row]
-            streak_rules.append(("band", finite[row], out))
-        streak_since, streak_length = None, 0
-        for name, evaluable, hit in streak_rules:
-            cols = _streak(evaluable, hit, patience)
-            if cols is None:
-                continue
-            if name == "band":
-                name = "above_band" if above[row, cols[0]] else "below_band"
-                streak_since, streak_length = int(steps[cols[0]]), len(cols)
-                hit_total = int((below[row] | above[row]).sum())
-            else:
-                hit_total = int(hit.sum())
-            findings[name] = {"cols": cols, "in_a_row": len(cols), "total": hit_total}
-        since = reason = None
-        if findings:
-            reason = min(findings, key=lambda r: (steps[findings[r]["cols"][0]], REASONS.index(r)))
-            since = int(steps[findings[reason]["cols"][0]])
-        finding = findings.get(reason)
-        out_steps = steps[below[row] | above[row]]
-        layer = {
-            "tag": tag,
-            "logged_steps": len(logged_cols),
-            "median": float(np.median(finite_values)) if len(finite_values) else None,
-            "last": float(v[row, logged_cols[-1]]) if len(logged_cols) else None,
-            "above": int(above[row].sum()),
-            "below": int(below[row].sum()),
-            "nonfinite": int(nonfinite[row].sum()),
-            "flagged": since is not None,
-            "since": since,
-            "reason": reason,
-            "text": None,
-            "kind": kinds[row],
-            "judged_steps": n_judged,
-            "skipped_steps": int(skipped[row].sum()),
-            "steps_in_a_row": finding["in_a_row"] if finding else None,
-            "steps_in_total": finding["total"] if finding else None,
-            "nan_steps": int(broken[row].sum()),
-            "inf_steps": int(infinite[row].sum()),
-            "first_nan_step": int(steps[nan_cols[0]]) if len(nan_cols) else None,
-            "first_inf_step": _first(steps[infinite[row]]),
-            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
-            "first_out_of_band_step": _first(out_steps),
-            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
-            "streak_since": streak_since,
-            "streak_length": streak_length,
-        }
-        for name in REASONS:
-            f = findings.get(name)
-            layer[f"{name}_since"] = int(steps[f["cols"][0]]) if f else None
-        if finding is not None:
-            cols = finding["cols"]
-            layer["text"] = _text(
-                reason, since, finding, v[row, cols], gap[row, cols], band, kinds[row]
-            )
-        layers.append(layer)
-    return layers
+    return {
+        "present": p, "skipped": skipped, "judged": judged, "finite": finite,
+        "broken": broken, "infinite": infinite, "nonfinite": nonfinite, "below": below,
+        "above": above, "run_moving": run_moving, "still": still, "too_fast": too_fast,
+        "peers_ok": peers_ok, "slow": slow, "fast": fast,
+    }
 
 
 def flag_layers(
