@@ -7,8 +7,11 @@ requests raise `tensorboard.errors` (400 or 404 with a one-line reason).
 
 from __future__ import annotations
 
+import collections
 import importlib.resources
 import math
+import threading
+import weakref
 from typing import Iterator
 
 import numpy as np
@@ -60,6 +63,7 @@ class WURPlugin(base_plugin.TBPlugin):
             matrix_bytes=CACHE_BYTES,
             index_bytes=INDEX_CACHE_BYTES,
         )
+        self._heatmaps = _PayloadCache(_KEPT_HEATMAPS)
 
     def get_plugin_apps(self):
         routes = {
@@ -255,6 +259,18 @@ class WURPlugin(base_plugin.TBPlugin):
         end = int(steps[-1]) if end is None else end
         if start > end:
             raise errors.InvalidArgumentError(f"start ({start}) must not be after end ({end})")
+        query = (tuple(runs), start, end, columns, reduction)
+        payload = self._heatmaps.get(query, matrices)
+        if payload is None:
+            payload = self._heatmap_payload(runs, matrices, start, end, columns, reduction)
+            self._heatmaps.put(query, matrices, payload)
+        return payload
+
+    def _heatmap_payload(
+        self, runs: list[str], matrices: list[heatmap.RunMatrix], start: int, end: int,
+        columns: int, reduction: str,
+    ) -> bytes:
+        steps = np.unique(np.concatenate([m.steps for m in matrices]))
         cols = heatmap.make_columns(steps, start, end, columns)
         arrays: dict[str, np.ndarray] = {
             "column_start": cols.start.astype(np.float64),
@@ -488,6 +504,35 @@ class WURPlugin(base_plugin.TBPlugin):
             self._data.matrix(ctx, experiment, run, listing)
             for run, listing in zip(runs, checked)
         ]
+
+
+# /heatmap answers kept (the tab asks for the same heatmap again on every reload).
+_KEPT_HEATMAPS = 16
+
+
+class _PayloadCache:
+    """The last answers by query, each valid while the matrices it was made of are the
+    run data's current ones (held weakly: a matrix the run data drops is not kept here)."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, query: tuple, matrices: list) -> bytes | None:
+        with self._lock:
+            entry = self._entries.get(query)
+            if entry is None or any(ref() is not m for ref, m in zip(entry[0], matrices)):
+                return None
+            self._entries.move_to_end(query)
+            return entry[1]
+
+    def put(self, query: tuple, matrices: list, payload: bytes) -> None:
+        with self._lock:
+            self._entries[query] = ([weakref.ref(m) for m in matrices], payload)
+            self._entries.move_to_end(query)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
 
 
 # The line-search series /line_search answers, in the order of its arrays.

@@ -531,3 +531,20 @@ def test_series_is_by_step_as_the_export(tmp_path):
     header, arrays = backend.heatmap(run="restarted", reduction="last")
     decoded = heatmap_wire.decode_cells(arrays[header["runs"][0]["codes"]])
     assert decoded.tolist() == pytest.approx([1e-3] * 4 + [2e-3] * 8, rel=1e-3)
+
+
+def test_a_heatmap_asked_again_is_the_same_answer_until_the_run_changes(tmp_path):
+    from tb_wur_plugin.writer import SummaryWriter
+
+    with SummaryWriter(str(tmp_path / "run")) as writer:
+        for step in range(5):
+            writer.add_ratios({"a/w": 1e-3, "b/w": 2e-3}, step)
+    backend = Backend(str(tmp_path))
+    first = backend.get("heatmap", run="run").get_data()
+    assert backend.get("heatmap", run="run").get_data() == first
+    with SummaryWriter(str(tmp_path / "run")) as writer:  # a later step: a new matrix
+        writer.add_ratios({"a/w": 5e-1, "b/w": 2e-3}, 5)
+    backend.multiplexer.Reload()
+    header, arrays = heatmap_wire.unpack(backend.get("heatmap", run="run").get_data())
+    assert header["end"] == 5 and header["columns"] == 6
+    assert heatmap_wire.unpack(first)[0]["end"] == 4

@@ -28,3 +28,14 @@ def of_points(points: Sequence[Any], value_of: Callable[[Any], float] = _VALUE) 
         np.fromiter(map(_WALL_TIME, points), np.float64, n),
         np.fromiter(map(value_of, points), np.float64, n),
     )
+
+
+def stacked_float32(values: list[np.ndarray], width: int) -> np.ndarray | None:
+    """float32[len(values), width]: the values of a tensor series' points (`TensorColumns`), stacked; None
+    unless each is a float32 vector of `width` (the caller then reads them one by one)."""
+    if not all(v.dtype == np.float32 and v.shape == (width,) for v in values):
+        return None
+    if not values:
+        return np.zeros((0, width), np.float32)
+    # each value is a view of its proto's bytes: one join, one copy
+    return np.frombuffer(b"".join(values), np.dtype("<f4")).reshape(len(values), width)

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 # Tags read per data-provider call when a run's matrix is read (bounds the points held).
 _READ_BATCH_TAGS = 32
+# Steps of a packed series transposed into a matrix at a time (fits a CPU cache).
+_TRANSPOSED_STEPS = 256
 # Scalar listings kept (by experiment and runs asked for) with the Python loader.
 _KEPT_LISTINGS = 64
 
@@ -433,12 +435,13 @@ class RunData:
             return None
         steps, wall_times, values = columns
         width = len(source.layers) + 1
-        if not all(v.dtype == np.float32 and v.shape == (width,) for v in values):
+        stacked = point_columns.stacked_float32(values, width)
+        del values
+        if stacked is None:
             raise errors.NotFoundError(
                 f"the packed ratios {shown(packed_tag)} of run {shown(run)} are malformed: "
                 f"each value should be float32[{width}]"
             )
-        stacked = np.stack(values) if values else np.zeros((0, width), np.float32)
         ratios, skipped = metadata.decode_packed_ratios(stacked, len(source.layers))
         return steps, wall_times, ratios, skipped
 
@@ -691,12 +694,16 @@ class RunData:
             elif not np.array_equal(chunk_steps, steps):
                 return None  # layers logged at different steps: the general path
             rows = [row_of[layer.tag] for layer in source.layers]
-            chunk = packed[2][last]
-            if rows == list(range(rows[0], rows[0] + len(rows))):
-                values[rows[0]:rows[0] + len(rows)] = chunk.T
-            else:
-                values[rows] = chunk.T
-            skipped |= packed[3][last]
+            in_order = len(last) == len(packed[0])  # nothing written twice: no reordering
+            chunk = packed[2] if in_order else packed[2][last]
+            block = rows[0] if rows == list(range(rows[0], rows[0] + len(rows))) else None
+            for at in range(0, len(steps), _TRANSPOSED_STEPS):  # cache-sized transposes
+                part = chunk[at:at + _TRANSPOSED_STEPS].T
+                if block is not None:
+                    values[block:block + len(rows), at:at + _TRANSPOSED_STEPS] = part
+                else:
+                    values[rows, at:at + _TRANSPOSED_STEPS] = part
+            skipped |= packed[3] if in_order else packed[3][last]
             del packed, chunk
         present = np.ones(values.shape, bool)
         return heatmap.RunMatrix(tuple(order), steps, values, present, skipped)
