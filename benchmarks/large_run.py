@@ -12,7 +12,9 @@ Per loader:
 - peak_rss_mb: the peak resident memory of tensorboard and its data server together (the
   process group, sampled every 0.2 s from /proc), over the whole run of requests;
 - heatmap_cold_s / heatmap_warm_s: /heatmap?columns=COLUMNS of the run, the first request
-  after loading and the median of 5 more;
+  after loading and the median of 5 more (the same answer, kept); heatmap_new_range_s: the
+  median of 3 ranges not asked before (computed anew over the cached matrix);
+- flags_s: /flags of the run (the default judgement), the first request;
 - export_s: /export?format=csv of the run, the whole body read.
 
 `--profile`: the same reads in-process (run_data.RunData over the data server's gRPC
@@ -151,7 +153,11 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             gzip = {"Accept-Encoding": "gzip"}
             cold, body = timed(heatmap, gzip)
             warm = statistics.median(timed(heatmap, gzip)[0] for _ in range(5))
+            # the matrix cached, a range not asked before (a zoom): computed anew
+            new_range = statistics.median(
+                timed(f"{heatmap}&start={k}&end={steps - 1 - k}", gzip)[0] for k in (1, 2, 3))
             runs_warm = statistics.median(timed("/data/plugin/wur/runs")[0] for _ in range(3))
+            flags_s, _ = timed("/data/plugin/wur/flags?run=run")
             export, csv_body = timed("/data/plugin/wur/export?run=run&format=csv")
             rows = csv_body.count(b"\n") - 1
             assert rows == layers * steps, rows
@@ -165,8 +171,10 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             "peak_rss_mb": round(rss.peak / 2**20),
             "heatmap_cold_s": round(cold, 3),
             "heatmap_warm_s": round(warm, 3),
+            "heatmap_new_range_s": round(new_range, 3),
             "heatmap_gzip_bytes": len(body),
             "runs_warm_s": round(runs_warm, 3),
+            "flags_s": round(flags_s, 2),
             "export_s": round(export, 2),
             "export_bytes": len(csv_body),
         }

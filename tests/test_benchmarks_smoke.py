@@ -52,3 +52,14 @@ def test_tf1_benchmark_smoke():
 def test_report_benchmark_smoke():
     out = _run("report.py")
     assert "report_s" in out and "flagged" in out
+
+
+def test_data_server_benchmark_smoke():
+    out = _run("data_server.py")
+    assert '"load_cycle_ratio"' in out and '"bytes_per_point"' in out
+
+
+def test_large_run_benchmark_smoke():
+    out = _run("large_run.py")
+    for key in ('"after_serving_s"', '"heatmap_new_range_s"', '"flags_s"', '"export_s"'):
+        assert key in out

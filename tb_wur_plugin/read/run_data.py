@@ -577,14 +577,8 @@ class RunData:
         by_tag = self._provider.read_scalars(ctx, **arguments).get(run, {})
         return {tag: point_columns.of_points(by_tag.pop(tag)) for tag in list(by_tag)}
 
-    def read_tensors(
-        self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
-    ) -> dict[str, list[provider.TensorDatum]]:
-        """As `read_scalars`, for tensor series."""
-        return self._read(self._provider.read_tensors, ctx, experiment, run, tags)
-
     def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
-        """`read` (the provider's read_scalars or read_tensors) of `tags` of `run`."""
+        """`read` (the provider's read_scalars) of `tags` of `run`."""
         data = read(
             ctx,
             experiment_id=experiment,
