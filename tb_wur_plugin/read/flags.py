@@ -450,9 +450,11 @@ def _leave_one_out_max(values: np.ndarray) -> np.ndarray:
     if n_rows < 2:
         return out
     filled = np.where(np.isnan(values), -np.inf, values)
-    order = np.argsort(-filled, axis=0, kind="stable")
-    top, second = order[0], order[1]
     cols = np.arange(values.shape[1])
+    top = np.argmax(filled, axis=0)  # the first of the largest
+    others = filled.copy()
+    others[top, cols] = -np.inf
+    second = np.argmax(others, axis=0)  # the first of the largest of the others
     best = np.where(np.arange(n_rows)[:, None] == top[None, :], filled[second, cols][None, :],
                     filled[top, cols][None, :])
     return np.where(np.isinf(best) & (best < 0), np.nan, best)
@@ -463,8 +465,8 @@ def _group_median(values: np.ndarray, min_layers: int) -> np.ndarray:
     row i included; NaN where there are fewer than `min_layers` of them."""
     out = np.full(values.shape, np.nan)
     enough = (~np.isnan(values)).sum(axis=0) >= min_layers
-    if enough.any():
-        out[:, enough] = np.nanmedian(values[:, enough], axis=0)[None, :]
+    if enough.any():  # along rows of the transpose: contiguous
+        out[:, enough] = np.nanmedian(np.ascontiguousarray(values[:, enough].T), axis=1)[None, :]
     return out
 
 
@@ -475,7 +477,8 @@ def _leave_one_out_median(values: np.ndarray, min_others: int = 1) -> np.ndarray
     out = np.full(values.shape, np.nan)
     if n_rows < 2 or n_cols == 0:
         return out
-    order = np.argsort(values, axis=0, kind="stable")  # NaN last
+    # sorted along the rows of the transpose (contiguous: several times faster), as columns
+    order = np.argsort(np.ascontiguousarray(values.T), axis=1, kind="stable").T  # NaN last
     ranked = np.take_along_axis(values, order, axis=0)
     count = (~np.isnan(values)).sum(axis=0)  # valid per column
     rank = np.empty_like(order)
