@@ -41,6 +41,8 @@ COST = {  # seconds of the last full parallel run (at a load average of ~4)
     "tests/test_keras_callback.py": 85,
     "tests/test_armijo.py": 80,
     "tests/test_fuzz.py": 65,
+    "tests/test_layouts.py": 60,
+    "tests/test_benchmarks_smoke.py::test_large_run_benchmark_smoke": 40,
     "tests/test_compat_v1.py": 60,
     "tests/test_faults_writer.py": 50,
     "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
