@@ -112,24 +112,12 @@ def _read(data_provider, read, **filters):
     {"runs": ["a", "gone"], "tags": ["no such tag"]},
 ])
 def test_columns_are_the_public_read_scalars_points(loader, filters):
-    with private():
-        columns = _read(loader, tb_private.read_scalar_columns, **filters)
-    points = _read(loader, lambda data_provider, ctx, **arguments:
-                   data_provider.read_scalars(ctx, **arguments), **filters)
-    check(columns is not None, f"{type(loader).__name__} was not read")
-    check({r: sorted(t) for r, t in columns.items()} == {r: sorted(t) for r, t in points.items()},
-          f"other runs or tags: {columns.keys()} / {points.keys()}")
-    total = 0
-    for run, by_tag in points.items():
-        for tag, series in by_tag.items():
-            steps, wall_times, values = columns[run][tag]
-            check(steps.dtype == np.int64 and wall_times.dtype == values.dtype == np.float64,
-                  f"dtypes {steps.dtype}, {wall_times.dtype}, {values.dtype}")
-            check(steps.tolist() == [p.step for p in series], f"{run}/{tag}: other steps")
-            check(wall_times.tolist() == [p.wall_time for p in series], f"{run}/{tag}: wall times")
-            want = np.array([p.value for p in series], np.float64)
-            check(np.array_equal(values, want, equal_nan=True), f"{run}/{tag}: other values")
-            total += len(series)
+    def same_values(run, tag, values, series):
+        check(values.dtype == np.float64, f"dtype {values.dtype}")
+        want = np.array([p.value for p in series], np.float64)
+        check(np.array_equal(values, want, equal_nan=True), f"{run}/{tag}: other values")
+
+    total = _compare_with_public(loader, "scalars", filters, same_values)
     if not filters:
         # runs a and b: 102 steps of each layer and of the skipped-step marker (the data
         # server keeps the last write of step 300, the Python loader both), 100 learning
@@ -137,6 +125,29 @@ def test_columns_are_the_public_read_scalars_points(loader, filters):
         fast = isinstance(loader, grpc_provider.GrpcDataProvider)
         written_twice, run_c = (0, 20) if fast else (2 * 3, 40)
         check(total == 2 * (3 * 102 + 100) + written_twice + run_c + 100, f"{total} points")
+
+
+def _compare_with_public(loader, kind: str, filters: dict, same_values) -> int:
+    """tb_private's read_{kind}_columns against the public read_{kind} of `loader`: the same
+    runs, tags, steps and wall times, the values as `same_values` checks them; the points."""
+    with private():
+        columns = _read(loader, getattr(tb_private, f"read_{kind[:-1]}_columns"), **filters)
+    points = _read(loader, lambda data_provider, ctx, **arguments:
+                   getattr(data_provider, f"read_{kind}")(ctx, **arguments), **filters)
+    check(columns is not None, f"{type(loader).__name__} was not read")
+    check({r: sorted(t) for r, t in columns.items()} == {r: sorted(t) for r, t in points.items()},
+          f"other runs or tags: {columns.keys()} / {points.keys()}")
+    total = 0
+    for run, by_tag in points.items():
+        for tag, series in by_tag.items():
+            steps, wall_times, values = columns[run][tag]
+            check(steps.dtype == np.int64 and wall_times.dtype == np.float64,
+                  f"dtypes {steps.dtype}, {wall_times.dtype}")
+            check(steps.tolist() == [p.step for p in series], f"{run}/{tag}: other steps")
+            check(wall_times.tolist() == [p.wall_time for p in series], f"{run}/{tag}: wall times")
+            same_values(run, tag, values, series)
+            total += len(series)
+    return total
 
 
 def test_downsampling_is_the_public_one(loader):
@@ -153,24 +164,13 @@ def test_downsampling_is_the_public_one(loader):
     {}, {"runs": ["p"]}, {"runs": ["p", "gone"], "tags": ["no such tag"]},
 ])
 def test_tensor_columns_are_the_public_read_tensors_points(loader, filters):
-    with private():
-        columns = _read(loader, tb_private.read_tensor_columns, **filters)
-    points = _read(loader, lambda data_provider, ctx, **arguments:
-                   data_provider.read_tensors(ctx, **arguments), **filters)
-    check(columns is not None, f"{type(loader).__name__} was not read")
-    check({r: sorted(t) for r, t in columns.items()} == {r: sorted(t) for r, t in points.items()},
-          f"other runs or tags: {columns.keys()} / {points.keys()}")
-    total = 0
-    for run, by_tag in points.items():
-        for tag, series in by_tag.items():
-            steps, wall_times, values = columns[run][tag]
-            check(steps.tolist() == [p.step for p in series], f"{run}/{tag}: other steps")
-            check(wall_times.tolist() == [p.wall_time for p in series], f"{run}/{tag}: wall times")
-            for value, point in zip(values, series, strict=True):
-                check(value.dtype == point.numpy.dtype and value.shape == point.numpy.shape
-                      and np.array_equal(value, point.numpy, equal_nan=True),
-                      f"{run}/{tag}: other values")
-            total += len(series)
+    def same_values(run, tag, values, series):
+        for value, point in zip(values, series, strict=True):
+            check(value.dtype == point.numpy.dtype and value.shape == point.numpy.shape
+                  and np.array_equal(value, point.numpy, equal_nan=True),
+                  f"{run}/{tag}: other values")
+
+    total = _compare_with_public(loader, "tensors", filters, same_values)
     if not filters:
         # run p: 103 packed ratio steps (102 with the data server, which keeps the last
         # write of step 300) and 10 packed histograms

@@ -400,24 +400,15 @@ class RunData:
         [values]), in the order the data provider keeps them; without a Python object per
         point but the values' arrays with TensorBoard's two loaders
         (`tb_private.read_tensor_columns`)."""
-        arguments = dict(
-            experiment_id=experiment,
-            plugin_name=metadata.PLUGIN_NAME,
-            downsample=self._downsample,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
-        )
-        columns = tb_private.read_tensor_columns(self._provider, ctx, **arguments)
-        if columns is not None:
-            return columns.get(run, {})
-        by_tag = self._provider.read_tensors(ctx, **arguments).get(run, {})
-        return {
-            tag: (
+        return self._columns(
+            tb_private.read_tensor_columns, self._provider.read_tensors,
+            lambda points: (
                 np.array([p.step for p in points], np.int64),
                 np.array([p.wall_time for p in points], np.float64),
                 [np.asarray(p.numpy) for p in points],
-            )
-            for tag, points in by_tag.items()
-        }
+            ),
+            ctx, experiment, run, tags,
+        )
 
     def read_packed(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, packed_tag: str,
@@ -565,17 +556,25 @@ class RunData:
         """What `read_scalars` reads, each tag's points as columns (steps int64, wall times
         float64, values float64) in the same order; with TensorBoard's fast and Python
         loaders without a Python object per point (`tb_private.read_scalar_columns`)."""
+        return self._columns(
+            tb_private.read_scalar_columns, self._provider.read_scalars, point_columns.of_points,
+            ctx, experiment, run, tags,
+        )
+
+    def _columns(self, read_columns, read_public, columns_of, ctx, experiment, run, tags):
+        """`read_columns` (a `tb_private` reader) of `tags` of `run`; with another data
+        provider, its `read_public` with each series' points made columns by `columns_of`."""
         arguments = dict(
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
             downsample=self._downsample,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
         )
-        columns = tb_private.read_scalar_columns(self._provider, ctx, **arguments)
+        columns = read_columns(self._provider, ctx, **arguments)
         if columns is not None:
             return columns.get(run, {})
-        by_tag = self._provider.read_scalars(ctx, **arguments).get(run, {})
-        return {tag: point_columns.of_points(by_tag.pop(tag)) for tag in list(by_tag)}
+        by_tag = read_public(ctx, **arguments).get(run, {})
+        return {tag: columns_of(by_tag.pop(tag)) for tag in list(by_tag)}
 
     def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
         """`read` (the provider's read_scalars) of `tags` of `run`."""

@@ -18,6 +18,8 @@ what is used here.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
@@ -55,9 +57,19 @@ def read_scalar_columns(
         run_tag_filter=run_tag_filter,
     )
     if isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider):
-        return _multiplexer_columns(data_provider, ctx, **arguments)
+        return _multiplexer_columns(
+            data_provider, ctx, summary_pb2.DATA_CLASS_SCALAR,
+            lambda events: of_points(events, _event_value), **arguments,
+        )
     if isinstance(data_provider, grpc_provider.GrpcDataProvider):
-        return _data_server_columns(data_provider, **arguments)
+        return _data_server_columns(
+            data_provider, data_provider_pb2.ReadScalarsRequest(), data_provider._stub.ReadScalars,
+            lambda data: (  # numpy copies protobuf's repeated numbers without a Python object each
+                np.array(data.step, np.int64), np.array(data.wall_time, np.float64),
+                np.array(data.value, np.float64),
+            ),
+            **arguments,
+        )
     return None
 
 
@@ -71,47 +83,79 @@ def read_tensor_columns(
     run_tag_filter: provider.RunTagFilter | None,
 ) -> dict[str, dict[str, TensorColumns]] | None:
     """What `data_provider.read_tensors` answers with these arguments, as (steps, wall
-    times, [the value of each point as a numpy array]) per series; None when
-    `data_provider` is neither the fast nor the Python loader's.
+    times, [the value of each point as a numpy array]) per series, in the order
+    `read_tensors` gives them; None when `data_provider` is neither the fast nor the Python
+    loader's.
 
     Raises:
         tensorboard.errors.PublicError: as `read_tensors` raises.
     """
+    arguments = dict(
+        experiment_id=experiment_id, plugin_name=plugin_name, downsample=downsample,
+        run_tag_filter=run_tag_filter,
+    )
     if isinstance(data_provider, multiplexer_provider.MultiplexerDataProvider):
-        data_provider._validate_context(ctx)
-        data_provider._validate_experiment_id(experiment_id)
-        data_provider._validate_downsample(downsample)
-        index = data_provider._index(plugin_name, run_tag_filter, summary_pb2.DATA_CLASS_TENSOR)
-        result: dict[str, dict[str, TensorColumns]] = {}
-        for run, tags in index.items():
-            result[run] = {}
-            for tag in tags:
-                events = multiplexer_provider._downsample(
-                    data_provider._multiplexer.Tensors(run, tag), downsample
-                )
-                result[run][tag] = (
-                    np.fromiter((e.step for e in events), np.int64, len(events)),
-                    np.fromiter((e.wall_time for e in events), np.float64, len(events)),
-                    [_array(e.tensor_proto) for e in events],
-                )
-        return result
-    if not isinstance(data_provider, grpc_provider.GrpcDataProvider):
-        return None
-    request = data_provider_pb2.ReadTensorsRequest()
+        return _multiplexer_columns(
+            data_provider, ctx, summary_pb2.DATA_CLASS_TENSOR,
+            lambda events: (
+                np.fromiter((e.step for e in events), np.int64, len(events)),
+                np.fromiter((e.wall_time for e in events), np.float64, len(events)),
+                [_array(e.tensor_proto) for e in events],
+            ),
+            **arguments,
+        )
+    if isinstance(data_provider, grpc_provider.GrpcDataProvider):
+        return _data_server_columns(
+            data_provider, data_provider_pb2.ReadTensorsRequest(), data_provider._stub.ReadTensors,
+            lambda data: (
+                np.array(data.step, np.int64), np.array(data.wall_time, np.float64),
+                [_array(value) for value in data.value],
+            ),
+            **arguments,
+        )
+    return None
+
+
+def _multiplexer_columns(
+    data_provider: multiplexer_provider.MultiplexerDataProvider,
+    ctx: tb_context.RequestContext, data_class: int, columns_of: Callable[[list], Any], *,
+    experiment_id: str, plugin_name: str, downsample: int,
+    run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, Any]]:
+    """`MultiplexerDataProvider.read_scalars`'s (or `read_tensors`') points (its checks, its
+    index of `data_class`, its multiplexer's events, its downsampling), each series'
+    events as `columns_of` makes them."""
+    data_provider._validate_context(ctx)
+    data_provider._validate_experiment_id(experiment_id)
+    data_provider._validate_downsample(downsample)
+    index = data_provider._index(plugin_name, run_tag_filter, data_class)
+    result: dict[str, dict[str, Any]] = {}
+    for run, tags in index.items():
+        result[run] = {}
+        for tag in tags:
+            events = multiplexer_provider._downsample(
+                data_provider._multiplexer.Tensors(run, tag), downsample
+            )
+            result[run][tag] = columns_of(events)
+    return result
+
+
+def _data_server_columns(
+    data_provider: grpc_provider.GrpcDataProvider, request, call: Callable,
+    columns_of: Callable[[Any], Any], *, experiment_id: str, plugin_name: str,
+    downsample: int, run_tag_filter: provider.RunTagFilter | None,
+) -> dict[str, dict[str, Any]]:
+    """`GrpcDataProvider.read_scalars`'s (or `read_tensors`') `request`, sent with `call`,
+    each series of its answer as `columns_of` makes it of the series' data."""
     request.experiment_id = experiment_id
     request.plugin_filter.plugin_name = plugin_name
     grpc_provider._populate_rtf(run_tag_filter, request.run_tag_filter)
     request.downsample.num_points = downsample
     with grpc_provider._translate_grpc_error():
-        response = data_provider._stub.ReadTensors(request)
+        response = call(request)
     return {
         run_entry.run_name: {
-            tag_entry.tag_name: (
-                np.array(tag_entry.data.step, np.int64),
-                np.array(tag_entry.data.wall_time, np.float64),
-                [_array(value) for value in tag_entry.data.value],
-            )
-            for tag_entry in run_entry.tags
+            tag_entry.tag_name: columns_of(tag_entry.data) for tag_entry in run_entry.tags
         }
         for run_entry in response.runs
     }
@@ -130,54 +174,6 @@ def _array(proto) -> np.ndarray:
     if dtype is not None and content and len(dims) == 1 and dims[0].size * dtype.itemsize == len(content):
         return np.frombuffer(content, dtype)
     return tensor_util.make_ndarray(proto)
-
-
-def _data_server_columns(
-    data_provider: grpc_provider.GrpcDataProvider, *, experiment_id: str, plugin_name: str,
-    downsample: int, run_tag_filter: provider.RunTagFilter | None,
-) -> dict[str, dict[str, PointColumns]]:
-    """`GrpcDataProvider.read_scalars`'s request, its answer as columns."""
-    request = data_provider_pb2.ReadScalarsRequest()
-    request.experiment_id = experiment_id
-    request.plugin_filter.plugin_name = plugin_name
-    grpc_provider._populate_rtf(run_tag_filter, request.run_tag_filter)
-    request.downsample.num_points = downsample
-    with grpc_provider._translate_grpc_error():
-        response = data_provider._stub.ReadScalars(request)
-    return {
-        run_entry.run_name: {
-            tag_entry.tag_name: (
-                # numpy copies protobuf's repeated numbers without a Python object each
-                np.array(tag_entry.data.step, np.int64),
-                np.array(tag_entry.data.wall_time, np.float64),
-                np.array(tag_entry.data.value, np.float64),
-            )
-            for tag_entry in run_entry.tags
-        }
-        for run_entry in response.runs
-    }
-
-
-def _multiplexer_columns(
-    data_provider: multiplexer_provider.MultiplexerDataProvider,
-    ctx: tb_context.RequestContext, *, experiment_id: str, plugin_name: str,
-    downsample: int, run_tag_filter: provider.RunTagFilter | None,
-) -> dict[str, dict[str, PointColumns]]:
-    """`MultiplexerDataProvider.read_scalars`'s points (its checks, its index, its
-    multiplexer's events, its downsampling), as columns."""
-    data_provider._validate_context(ctx)
-    data_provider._validate_experiment_id(experiment_id)
-    data_provider._validate_downsample(downsample)
-    index = data_provider._index(plugin_name, run_tag_filter, summary_pb2.DATA_CLASS_SCALAR)
-    result: dict[str, dict[str, PointColumns]] = {}
-    for run, tags in index.items():
-        result[run] = {}
-        for tag in tags:
-            events = multiplexer_provider._downsample(
-                data_provider._multiplexer.Tensors(run, tag), downsample
-            )
-            result[run][tag] = of_points(events, _event_value)
-    return result
 
 
 def _event_value(event) -> float:
