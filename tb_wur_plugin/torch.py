@@ -9,9 +9,11 @@
         optimizer.zero_grad()
     handle.remove()
 
-Steps are counted from the `watch` call: the first `optimizer.step()` after it is step 0
-(a step the `torch.amp.GradScaler` skips is counted too, see `watch`). At steps 0, every,
-2·every, ... the step pre-hook copies the parameters (on their device) and the post-hook
+Steps are counted from `first_step`: the first `optimizer.step()` after the `watch` call is
+step `first_step`, by default the number of updates the optimizer's (restored) state counts,
+so that a run resumed from a checkpoint continues its steps (a step the
+`torch.amp.GradScaler` skips is counted too, see `watch`). At the steps that are multiples of
+`every` the step pre-hook copies the parameters (on their device) and the post-hook
 writes ‖w_after − w_before‖₂ / ‖w_before‖₂ of each parameter of `model` that requires grad;
 on the other steps the hooks compare an integer and return. No TensorFlow is imported.
 """
@@ -26,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tb_wur_plugin import metadata
+from tb_wur_plugin import _run_claims, metadata
 from tb_wur_plugin.arrays import torch_math
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 from tb_wur_plugin.metadata import histogram_description, ratio_description
@@ -42,12 +44,14 @@ def watch(
     log_dir_or_writer: Any,
     every: int = 100,
     histograms: bool = False,
+    first_step: int | None = None,
 ) -> "WatchHandle":
     """Log the weight-update ratio of every parameter of `model` that requires grad, at
     every `every`-th `optimizer.step()` call, with no change to the training loop.
 
     A step is one `optimizer.step()` call (gradient accumulation: micro-batches between two
-    calls are one step), counted from this call: steps 0, every, 2·every, ... are logged.
+    calls are one step); the first one after this call is step `first_step`, and the steps
+    that are multiples of `every` are logged (0, every, 2·every, ... from a fresh start).
     The parameters are looked up (`model.named_parameters()`) at each logged step; tag =
     the parameter's name with '.' replaced by '/'. On a logged step the pre-hook copies the
     parameters on their device (one copy of the weights, in float32 for 16-bit ones) and
@@ -70,6 +74,22 @@ def watch(
     of its own shards (of DTensor parameters: their local shards), which are not the full
     parameters' ratios.
 
+    Resuming: with `first_step=None` a run resumed from a checkpoint in a new process
+    (`model.load_state_dict`, `optimizer.load_state_dict`, then `watch`) continues its
+    steps where the first process stopped, as long as the optimizer counts its updates in
+    its state (Adam, AdamW, Adagrad, RMSprop, NAdam, RAdam, ...: the largest per-parameter
+    `state[p]["step"]`). SGD keeps no count: pass `first_step` (e.g. a step saved with the
+    checkpoint; a warning says so when the optimizer holds state but no count). Under a
+    `GradScaler` the optimizer does not count the steps it skips, but the handle does: save
+    `handle.steps` with the checkpoint and pass it as `first_step`.
+
+    One run directory, one handle: while a handle is active, another `watch` writing the
+    same run directory in this process raises a `RuntimeError` (two step counters in one run
+    would log steps twice, and TensorBoard's loaders would drop some). The run directory of
+    a writer passed in is its logdir, so passing one writer (or two writers of one
+    directory) to two active handles raises too; `remove()` frees the directory. Log two
+    models into two run directories (e.g. "logs/gan/generator" and "logs/gan/critic").
+
     Args:
       optimizer: any `torch.optim.Optimizer`.
       model: the `torch.nn.Module` whose parameters to log.
@@ -79,19 +99,28 @@ def watch(
       every: log every `every`-th step (a positive integer).
       histograms: also write each parameter's histogram of elementwise ratios
         |Δw_i| / |w_i| (bucketed on the parameters' device).
+      first_step: the step of the first `optimizer.step()` after this call (an int >= 0),
+        or None (default): the number of updates the optimizer's state counts (see
+        Resuming), 0 for a fresh optimizer or one that keeps no count.
 
     Returns:
       A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
       (flushes one passed in). Each logged step is flushed to the file when written.
 
     Raises:
-      TypeError: an argument of the wrong type.
-      ValueError: `every` < 1, or a parameter's tag is in the plugin's reserved namespace.
+      TypeError: an argument of the wrong type (`first_step`: not an int or None).
+      ValueError: `every` < 1, `first_step` < 0, or a parameter's tag is in the plugin's
+        reserved namespace.
+      RuntimeError: another active handle (or Keras `WeightUpdateRatioCallback`) of this
+        process writes the same run directory.
 
     Warns:
       UserWarning: (once per handle) the model has no parameter that requires grad, at
         this call or at a logged step: nothing is logged for it, rather than an empty run in
         silence. Parameters unfrozen later are logged from the next logged step.
+      UserWarning: `first_step=None` and the optimizer holds state (e.g. SGD's momentum
+        buffers, restored or from earlier steps) but no count of its updates: steps are
+        counted from 0.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
@@ -105,12 +134,30 @@ def watch(
         raise ValueError(f"every must be at least 1, got {every}")
     if not isinstance(histograms, bool):
         raise TypeError(f"histograms must be a bool, got {histograms!r}")
+    if first_step is not None:
+        if isinstance(first_step, bool) or not isinstance(first_step, (int, np.integer)):
+            raise TypeError(f"first_step must be an int >= 0 or None, got {first_step!r}")
+        if first_step < 0:
+            raise ValueError(f"first_step must be >= 0, got {first_step}")
+        first_step = int(first_step)
     _check_writer_argument(log_dir_or_writer)
+    if first_step is None:
+        first_step = _restored_step(optimizer, stacklevel=3)
     if _rank() != 0:
-        return WatchHandle(None, model, None, False, every, histograms)
+        return WatchHandle(None, model, None, False, every, histograms, first_step)
     entries = _parameters(model)  # the tags are valid
+    run_dir = _run_dir_of(log_dir_or_writer)
+    _run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
-    handle = WatchHandle(optimizer, model, writer, owned, every, histograms)
+    handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step)
+    try:
+        handle._claim = _run_claims.claim(
+            run_dir, handle, "tb_wur_plugin.torch.watch handle",
+            "Call remove() on the first handle", lambda h: h.active,
+        )
+    except RuntimeError:  # claimed by another thread since the check
+        handle.remove()
+        raise
     if not entries:
         handle._nothing_to_log(stacklevel=3)  # the caller's line
     return handle
@@ -131,18 +178,20 @@ class _Pending(NamedTuple):
 
 
 class WatchHandle:
-    """What `watch` returns: `remove()` stops logging. Also a context manager (removed on
-    exit). `steps` is the number of steps counted so far."""
+    """What `watch` returns: `remove()` stops logging and frees the run directory. Also a
+    context manager (removed on exit). `steps` is the step of the next `optimizer.step()`:
+    `first_step` plus the steps counted so far."""
 
-    def __init__(self, optimizer, model, writer, owns_writer, every, histograms):
-        self.steps = 0
+    def __init__(self, optimizer, model, writer, owns_writer, every, histograms, first_step=0):
+        self.steps = first_step
         self._optimizer = optimizer
         self._model = model
         self._writer = writer
         self._owns_writer = owns_writer
         self._every = every
         self._histograms = histograms
-        self._next = 0  # the next step to log
+        self._next = -(-first_step // every) * every  # the next step to log
+        self._claim: str | None = None  # the run directory's key in `_run_claims`
         self._pending: _Pending | None = None
         self._warned_nothing = False
         self._hooks = []
@@ -167,10 +216,14 @@ class WatchHandle:
         self._hooks = []
         self._pending = None
         _scaler_unwatch(self._optimizer, self)
-        if self._owns_writer:
-            self._writer.close()
-        elif not self._writer.closed:
-            self._writer.flush()
+        try:
+            if self._owns_writer:
+                self._writer.close()
+            elif not self._writer.closed:
+                self._writer.flush()
+        finally:
+            _run_claims.release(self._claim, self)
+            self._claim = None
 
     def __enter__(self) -> "WatchHandle":
         return self
@@ -361,6 +414,48 @@ def _learning_rate(optimizer: torch.optim.Optimizer) -> float | None:
         return float(rate.item() if isinstance(rate, torch.Tensor) else rate)
     except (IndexError, KeyError, TypeError, ValueError, RuntimeError):
         return None
+
+
+def _restored_step(optimizer: torch.optim.Optimizer, stacklevel: int) -> int:
+    """The number of updates the optimizer's state counts: the largest `state[p]["step"]`
+    (a tensor or a number) of its parameters; 0 when none holds one (with a warning when
+    the optimizer holds state all the same)."""
+    counts = []
+    holds_state = False
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter)
+            if not state:
+                continue
+            holds_state = True
+            count = state.get("step") if isinstance(state, dict) else None
+            if isinstance(count, torch.Tensor):
+                count = count.item() if count.numel() == 1 else None
+            if isinstance(count, (int, float, np.integer, np.floating)) and not isinstance(
+                count, bool
+            ) and np.isfinite(count) and count >= 0:
+                counts.append(int(count))
+    if counts:
+        return max(counts)
+    if holds_state:
+        warnings.warn(
+            f"tb_wur_plugin.torch.watch: the optimizer ({type(optimizer).__name__}) holds "
+            "state but no count of its updates (state[p]['step']), so steps are counted from "
+            "0; to continue the steps of a resumed run, pass first_step (e.g. the step saved "
+            "with the checkpoint)",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    return 0
+
+
+def _run_dir_of(target: Any) -> str:
+    """The run directory that `target` (a path or a writer) writes into."""
+    if isinstance(target, SummaryWriter):
+        return target.logdir
+    if isinstance(target, (str, os.PathLike)):
+        return os.fspath(target)
+    return target.get_logdir()
 
 
 def _check_writer_argument(target: Any) -> None:
