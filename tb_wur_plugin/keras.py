@@ -9,9 +9,11 @@ others' (through the TensorFlow-free `writer.SummaryWriter`) in
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any
 
+from tb_wur_plugin import _run_claims
 from tb_wur_plugin._optional import require
 
 require("keras", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
@@ -36,6 +38,17 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     frozen) logs no ratio, with a `UserWarning` (once per `fit`) rather than an empty run in
     silence. Under `MultiWorkerMirroredStrategy` only the chief writes. Each `fit` starts
     afresh.
+
+    Resuming: steps are read from `optimizer.iterations`, so a `fit` resumed with the
+    optimizer's state restored (`keras.models.load_model`, `model.load_weights` of a
+    checkpoint holding the optimizer, `tf.train.Checkpoint`) continues its steps: the first
+    logged step is the first multiple of `update_freq` at or after the restored count.
+
+    One run directory, one writer: during its `fit` the callback holds `log_dir/train`, and
+    a second `WeightUpdateRatioCallback` (or PyTorch `watch` handle) of this process writing
+    the same directory at the same time raises a `RuntimeError` (two writers of one run
+    would log each step twice). The directory is free again when the `fit` ends, also when
+    it ends by an exception.
 
     With an `armijo.LineSearchModel` (TensorFlow backend) it also writes every step's
     `step_size`, `backtracks`, `loss` and `new_loss` into the same run; enter no summary
@@ -62,6 +75,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
       ValueError: `update_freq` or `flush_millis` is below 1; at the start of `fit`, a
         model compiled with `steps_per_execution` other than 1, or a variable path in the
         plugin's reserved namespace (`_wur/`).
+      RuntimeError: at the start of `fit`, another active `WeightUpdateRatioCallback` (in
+        this `fit` or another one running) or PyTorch `watch` handle of this process writes
+        `log_dir/train`.
       NotImplementedError: at the start of `fit`, a Keras backend other than TensorFlow,
         JAX and PyTorch, or (TensorFlow) a `ParameterServerStrategy`.
 
@@ -100,6 +116,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         )
         self._logger = None
         self._logged_model = None
+        self._claim = None  # `log_dir/train`'s key in `_run_claims` during a fit
+        self._fit_frame = None  # the frame of that `fit` (the claim lasts while it runs)
         self._reset()
 
     def _reset(self) -> None:
@@ -128,6 +146,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "so the change made by a single step cannot be observed. Use "
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
+        run_dir = os.path.join(self.log_dir, "train")
+        _run_claims.check(run_dir, self)  # before a file is opened
         backend = _backend()
         self._read = backend.read_step
         self._logger = backend.Logger(
@@ -136,6 +156,13 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._logged_model = self.model
         if not self._logger.active:
             return
+        self._fit_frame = _fit_frame(self.model)
+        self._claim = _run_claims.claim(
+            run_dir, self, "WeightUpdateRatioCallback",
+            "Give each WeightUpdateRatioCallback its own log_dir (one holds log_dir/train "
+            "until its fit ends)",
+            _fitting,
+        )
         self._step_bound = self._read_step()
         self._next_logged = -(-self._step_bound // self.update_freq) * self.update_freq
         if self._logger.step_log is not None:
@@ -178,6 +205,11 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             self._write_line_search(self._read_step())
         self._logger.close()
         self._logger = None
+        self._release()
+
+    def _release(self) -> None:
+        _run_claims.release(self._claim, self)
+        self._claim, self._fit_frame = None, None
 
     def _finish_interrupted(self) -> None:
         """Close the writer of a `fit` that ended by an exception, after writing the
@@ -189,6 +221,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         finally:
             self._logger.close()
             self._logger = None
+            self._release()
 
     def _write_line_search(self, end: int) -> None:
         """Write the line-search rows of the steps from `_line_search_from` to `end`."""
@@ -249,6 +282,32 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             UserWarning,
             stacklevel=3,
         )
+
+
+def _fit_frame(model: Any) -> Any:
+    """The frame of the `fit` of `model` that is calling the callback, or None (the
+    callback is called outside `fit`)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _fitting(callback: WeightUpdateRatioCallback) -> bool:
+    """Whether the callback's `fit` is still running (its frame is on a thread's stack): a
+    `fit` that raised calls no `on_train_end`, yet frees its directory. Without a known
+    frame, while the callback's writer is open."""
+    frame = callback._fit_frame
+    if frame is None:
+        return callback._logger is not None
+    for top in sys._current_frames().values():
+        while top is not None:
+            if top is frame:
+                return True
+            top = top.f_back
+    return False
 
 
 def _backend() -> Any:
