@@ -322,8 +322,7 @@ def _block_conditions(
     # and the group's median, the layer included (NaN: too few layers)
     group_log = np.full(v.shape, np.nan)
     for rows in group_rows:
-        peer_log[rows] = _leave_one_out_median(log_v[rows], min_others=MIN_PEERS)
-        group_log[rows] = _group_median(log_v[rows], min_layers=MIN_PEERS + 1)
+        peer_log[rows], group_log[rows] = _medians(log_v[rows], MIN_PEERS, MIN_PEERS + 1)
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         gap = log_v - peer_log  # log10 of ratio / peers' median
@@ -463,39 +462,50 @@ def _leave_one_out_max(values: np.ndarray) -> np.ndarray:
 def _group_median(values: np.ndarray, min_layers: int) -> np.ndarray:
     """float64[L, S]: at each (i, j), the median of column j's non-NaN values over all rows,
     row i included; NaN where there are fewer than `min_layers` of them."""
-    out = np.full(values.shape, np.nan)
-    enough = (~np.isnan(values)).sum(axis=0) >= min_layers
-    if enough.any():  # along rows of the transpose: contiguous
-        out[:, enough] = np.nanmedian(np.ascontiguousarray(values[:, enough].T), axis=1)[None, :]
-    return out
+    return _medians(values, min_layers, min_layers)[1]
 
 
 def _leave_one_out_median(values: np.ndarray, min_others: int = 1) -> np.ndarray:
     """float64[L, S]: at each (i, j), the median of column j's non-NaN values in the rows
     other than i; NaN where fewer than `min_others` of them."""
+    return _medians(values, min_others, 1)[0]
+
+
+def _medians(
+    values: np.ndarray, min_others: int, min_layers: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the leave-one-out medians, `_leave_one_out_median`; the group's medians,
+    `_group_median`) of `values` [L, S], from one sort of each column.
+
+    With a column's n non-NaN values sorted, r_0 <= ... <= r_{n-1}, the k-th smallest of
+    the others of a cell holding v is r_k when v > r_k, else r_{k+1} (removing one copy of
+    v); a NaN cell's others are all n. A median is the mean of the two middle values."""
     n_rows, n_cols = values.shape
-    out = np.full(values.shape, np.nan)
-    if n_rows < 2 or n_cols == 0:
-        return out
-    # sorted along the rows of the transpose (contiguous: several times faster), as columns
-    order = np.argsort(np.ascontiguousarray(values.T), axis=1, kind="stable").T  # NaN last
-    ranked = np.take_along_axis(values, order, axis=0)
-    count = (~np.isnan(values)).sum(axis=0)  # valid per column
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(n_rows)[:, None].repeat(n_cols, 1), axis=0)
+    peer = np.full(values.shape, np.nan)
+    group = np.full(values.shape, np.nan)
+    if n_cols == 0:
+        return peer, group
+    ranked = np.sort(values.T, axis=1)  # [S, L]: each column's values ascending, NaN last
     valid = ~np.isnan(values)
-    # the others of a valid value: count - 1; of a NaN: count
-    others = count[None, :] - valid.astype(np.int64)
-    lo_pos = np.maximum(others - 1, 0) // 2
-    hi_pos = others // 2
+    count = valid.sum(axis=0)
+    cols = np.arange(n_cols)
 
-    def nth_other(pos):
-        # position `pos` in the sorted others: skip one's own rank when it is valid and at or
-        # before it
-        shifted = np.where(valid & (pos >= rank), pos + 1, pos)
-        return np.take_along_axis(ranked, np.minimum(shifted, n_rows - 1), axis=0)
+    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column
+        return ranked[cols, np.clip(k, 0, n_rows - 1)]
 
-    median = (nth_other(lo_pos) + nth_other(hi_pos)) / 2
-    enough = others >= max(min_others, 1)
-    out[enough] = median[enough]
-    return out
+    middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
+    enough = count >= min_layers
+    group[:, enough] = middle[None, enough]
+    if n_rows < 2:
+        return peer, group
+
+    def nth_other(k: np.ndarray) -> np.ndarray:  # [L, S]: the k-th of each cell's others
+        r_k, r_next = nth(k)[None, :], nth(k + 1)[None, :]
+        return np.where(values > r_k, r_k, r_next)
+
+    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
+    median = np.where(valid, (nth_other(lo) + nth_other(hi)) / 2, middle[None, :])
+    others = count[None, :] - valid
+    has_enough = others >= max(min_others, 1)
+    peer[has_enough] = median[has_enough]
+    return peer, group
