@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Any
 
-from tb_wur_plugin import _run_claims
+from tb_wur_plugin.events import run_claims
 from tb_wur_plugin._optional import require
 
 require("keras", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
@@ -116,7 +116,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         )
         self._logger = None
         self._logged_model = None
-        self._claim = None  # `log_dir/train`'s key in `_run_claims` during a fit
+        self._claim = None  # `log_dir/train`'s key in `run_claims` during a fit
         self._fit_frame = None  # the frame of that `fit` (the claim lasts while it runs)
         self._reset()
 
@@ -147,7 +147,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 "wur_summary.watch around optimizer.apply in a custom train_step instead."
             )
         run_dir = os.path.join(self.log_dir, "train")
-        _run_claims.check(run_dir, self)  # before a file is opened
+        run_claims.check(run_dir, self)  # before a file is opened
         backend = _backend()
         self._read = backend.read_step
         self._logger = backend.Logger(
@@ -157,7 +157,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if not self._logger.active:
             return
         self._fit_frame = _fit_frame(self.model)
-        self._claim = _run_claims.claim(
+        self._claim = run_claims.claim(
             run_dir, self, "WeightUpdateRatioCallback",
             "Give each WeightUpdateRatioCallback its own log_dir (one holds log_dir/train "
             "until its fit ends)",
@@ -208,7 +208,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._release()
 
     def _release(self) -> None:
-        _run_claims.release(self._claim, self)
+        run_claims.release(self._claim, self)
         self._claim, self._fit_frame = None, None
 
     def _finish_interrupted(self) -> None:

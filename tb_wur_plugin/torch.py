@@ -28,9 +28,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tb_wur_plugin import _run_claims, metadata
+from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays import torch_math
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+from tb_wur_plugin.events import run_claims
 from tb_wur_plugin.metadata import histogram_description, ratio_description
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
@@ -147,11 +148,11 @@ def watch(
         return WatchHandle(None, model, None, False, every, histograms, first_step)
     entries = _parameters(model)  # the tags are valid
     run_dir = _run_dir_of(log_dir_or_writer)
-    _run_claims.check(run_dir)  # before a file is opened
+    run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
     handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step)
     try:
-        handle._claim = _run_claims.claim(
+        handle._claim = run_claims.claim(
             run_dir, handle, "tb_wur_plugin.torch.watch handle",
             "Call remove() on the first handle", lambda h: h.active,
         )
@@ -191,7 +192,7 @@ class WatchHandle:
         self._every = every
         self._histograms = histograms
         self._next = -(-first_step // every) * every  # the next step to log
-        self._claim: str | None = None  # the run directory's key in `_run_claims`
+        self._claim: str | None = None  # the run directory's key in `run_claims`
         self._pending: _Pending | None = None
         self._warned_nothing = False
         self._hooks = []
@@ -222,7 +223,7 @@ class WatchHandle:
             elif not self._writer.closed:
                 self._writer.flush()
         finally:
-            _run_claims.release(self._claim, self)
+            run_claims.release(self._claim, self)
             self._claim = None
 
     def __enter__(self) -> "WatchHandle":
