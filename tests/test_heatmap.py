@@ -229,3 +229,28 @@ def test_reducing_in_blocks_of_rows_changes_nothing(monkeypatch, reduction):
     assert held.cells and held.cells == held_whole.cells
     for field in ("rows", "first", "count", "step"):
         np.testing.assert_array_equal(getattr(held, field), getattr(held_whole, field))
+
+
+@pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
+def test_a_column_of_more_than_65535_steps_reduces_exactly(reduction):
+    """Counts of a column's classes are summed in 16-bit fields of one int64 unless a
+    column holds 2**16 steps or more: then one sum per class."""
+    rng = np.random.default_rng(5)
+    n = 70_000
+    values = (10.0 ** rng.uniform(-6, 0, n)).astype(np.float32).astype(np.float64)
+    values[rng.random(n) < 0.01] = 0.0
+    values[rng.random(n) < 0.01] = np.inf
+    series = [("a", np.arange(n), values), ("b", np.arange(n), values[::-1].copy())]
+    if reduction != "max":  # one NaN: max, min and mean_log10 are NaN
+        series[1][2][123] = np.nan
+    matrix = heatmap.RunMatrix.from_series(series)
+    for columns in (1, 3):  # 70,000 steps in one column; about 23,334 in each of three
+        cols = heatmap.make_columns(matrix.steps, 0, n - 1, columns)
+        got, missing = heatmap.reduce_columns(matrix, cols, reduction)
+        assert not missing.any()
+        bounds = list(cols.start) + [n]
+        for row, (_, _, v) in enumerate(series):
+            for k in range(len(cols.start)):
+                want = _reference(list(v[bounds[k]:bounds[k + 1]]), reduction)
+                assert (math.isnan(want) and math.isnan(got[row, k])) or got[row, k] == pytest.approx(
+                    want, rel=1e-12)

@@ -241,30 +241,32 @@ def _reduce_rows(
     base, stop = lo[0], hi[-1]
     reduced = int(np.searchsorted(lo, stop))  # columns that start before the range ends
 
+    # only the steps of the range are read: [base, stop)
+    v, present, classes = v[:, base:stop], present[:, base:stop], classes[:, base:stop]
+    starts = lo[:reduced] - base
+
     def per_column(array: np.ndarray, ufunc: np.ufunc, neutral, dtype=None) -> np.ndarray:
-        """ufunc over each column's steps [lo, hi) of `array` ([L, S]); `neutral` if none."""
+        """ufunc over each column's steps [lo, hi) of `array` ([L, stop - base]); `neutral`
+        if none."""
         out = np.full((n_layers, n_columns), neutral, dtype or array.dtype)
         if stop > base:
-            out[:, :reduced] = ufunc.reduceat(
-                array[:, base:stop], lo[:reduced] - base, axis=1, dtype=dtype)
+            out[:, :reduced] = ufunc.reduceat(array, starts, axis=1, dtype=dtype)
         out[:, ~nonempty] = neutral
         return out
 
-    count = {
-        c: per_column((classes == c), np.add, 0, np.int32)
-        for c in (POSITIVE, ZERO, INF, BROKEN)
-    }
+    count = _class_counts(classes, per_column, int((hi - lo).max(initial=0)))
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
     if reduction == "last":
-        index = np.where(present, np.arange(v.shape[1]), -1)
-        last_index = np.maximum.accumulate(index, axis=1)[:, np.maximum(hi - 1, 0)]
-        out = np.take_along_axis(v, np.maximum(last_index, 0), axis=1).astype(np.float64)
+        index = np.where(present, np.arange(base, stop), -1)
+        last_index = np.maximum.accumulate(index, axis=1)[:, np.maximum(hi - 1 - base, 0)]
+        out = np.take_along_axis(
+            v, np.maximum(last_index - base, 0), axis=1).astype(np.float64)
         return np.where(missing, np.nan, out), missing
     positive = count[POSITIVE] > 0
     is_positive = classes == POSITIVE
     if reduction == "mean_log10":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log10(np.where(is_positive, v, np.float32(1)).astype(np.float64))
+        logs = np.zeros(v.shape)  # log10 in float64 of the positive ratios, 0 elsewhere
+        np.log10(v, out=logs, where=is_positive, dtype=np.float64)
         logs = per_column(logs, np.add, 0.0)
         out = np.where(
             positive,
@@ -279,6 +281,23 @@ def _reduce_rows(
         out = np.where(count[ZERO] > 0, 0.0, smallest.astype(np.float64))
     out = np.where(count[BROKEN] > 0, np.nan, out)
     return np.where(missing, np.nan, out), missing
+
+
+# A cell's class as one int64 with a 16-bit field per class counted: one sum counts them all.
+_CLASS_FIELDS = np.zeros(5, np.int64)
+_CLASS_FIELDS[[POSITIVE, ZERO, INF, BROKEN]] = [1, 1 << 16, 1 << 32, 1 << 48]
+
+
+def _class_counts(classes: np.ndarray, per_column, most_steps: int) -> dict[int, np.ndarray]:
+    """{class: int32[L, C]} of POSITIVE, ZERO, INF, BROKEN: how many of each a column holds
+    (`per_column` sums over the columns' steps; `most_steps`: the most steps of a column)."""
+    if most_steps >= 1 << 16:  # a field could overflow: one sum per class
+        return {c: per_column(classes == c, np.add, 0, np.int32) for c in (POSITIVE, ZERO, INF, BROKEN)}
+    sums = per_column(_CLASS_FIELDS[classes], np.add, 0, np.int64)
+    return {
+        c: ((sums >> (16 * field)) & 0xFFFF).astype(np.int32)
+        for field, c in enumerate((POSITIVE, ZERO, INF, BROKEN))
+    }
 
 
 @dataclasses.dataclass(frozen=True)
