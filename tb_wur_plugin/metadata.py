@@ -112,7 +112,10 @@ KIND_SKIPPED_STEP = "skipped_step"
 KIND_LINE_SEARCH = "line_search"
 KIND_PACKED_RATIOS = "packed_ratios"
 KIND_PACKED_HISTOGRAMS = "packed_histograms"
-PACKED_KINDS = (KIND_PACKED_RATIOS, KIND_PACKED_HISTOGRAMS)
+# Spectral update ratios ‖ΔW‖₂ / ‖W‖₂ (operator norms), stored as the packed ratios are;
+# readers of version 3 that predate the kind skip it as an unknown kind.
+KIND_PACKED_SPECTRAL = "packed_spectral"
+PACKED_KINDS = (KIND_PACKED_RATIOS, KIND_PACKED_HISTOGRAMS, KIND_PACKED_SPECTRAL)
 KINDS = (KIND_RATIO, KIND_HISTOGRAM, KIND_LEARNING_RATE, KIND_SKIPPED_STEP, KIND_LINE_SEARCH,
          *PACKED_KINDS)
 # The most layers one packed tensor holds: a step of more layers is written as several
@@ -126,6 +129,32 @@ SKIPPED_STEP_TAG = RESERVED_TAG_PREFIX + "skipped_step"
 _HISTOGRAM_TAG_PREFIX = RESERVED_TAG_PREFIX + "histogram/"
 _PACKED_RATIOS_TAG_PREFIX = RESERVED_TAG_PREFIX + "ratios/"
 _PACKED_HISTOGRAMS_TAG_PREFIX = RESERVED_TAG_PREFIX + "histograms/"
+_PACKED_SPECTRAL_TAG_PREFIX = RESERVED_TAG_PREFIX + "spectral/"
+_PACKED_TAG_PREFIXES = {
+    KIND_PACKED_RATIOS: _PACKED_RATIOS_TAG_PREFIX,
+    KIND_PACKED_HISTOGRAMS: _PACKED_HISTOGRAMS_TAG_PREFIX,
+    KIND_PACKED_SPECTRAL: _PACKED_SPECTRAL_TAG_PREFIX,
+}
+
+# The ratio a series holds: the Frobenius ratio ‖Δw‖₂ / ‖w‖₂ of the flattened parameter (the
+# ratios, the default everywhere), or the spectral ratio ‖ΔW‖₂ / ‖W‖₂ of the parameter viewed
+# as a matrix (its largest singular values; parameters of two or more dimensions only).
+METRIC_FROBENIUS = "frobenius"
+METRIC_SPECTRAL = "spectral"
+METRICS = (METRIC_FROBENIUS, METRIC_SPECTRAL)
+_RATIO_KINDS = {METRIC_FROBENIUS: KIND_PACKED_RATIOS, METRIC_SPECTRAL: KIND_PACKED_SPECTRAL}
+
+
+def packed_ratio_kind(metric: str) -> str:
+    """The packed kind holding the ratios of `metric` (one of ``METRICS``).
+
+    Raises:
+      ValueError: `metric` is not one of ``METRICS``.
+    """
+    kind = _RATIO_KINDS.get(metric) if isinstance(metric, str) else None
+    if kind is None:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    return kind
 
 # The series of the line search (kind KIND_LINE_SEARCH), in the order they are written.
 LINE_SEARCH_STEP_SIZE = "step_size"
@@ -492,7 +521,7 @@ def _packed_content(kind: str, layers: Sequence[PackedLayer], offset: int) -> di
     for layer in layers:
         check_layer_tag(layer.tag)
         entry: dict[str, Any] = {"tag": layer.tag}
-        if kind == KIND_PACKED_RATIOS:
+        if kind != KIND_PACKED_HISTOGRAMS:
             if layer.shape is not None:
                 entry["shape"] = checked_shape(layer.shape)
             entry["description"] = layer.described()
@@ -510,12 +539,12 @@ def _packed_content(kind: str, layers: Sequence[PackedLayer], offset: int) -> di
 
 def packed_tag(kind: str, layers: Sequence[PackedLayer], offset: int) -> str:
     """The tag of a packed series (`kind`: one of ``PACKED_KINDS``) of `layers` starting at
-    `offset`: ``_wur/ratios/`` or ``_wur/histograms/`` and a digest of its plugin content,
-    so that another set of layers (or shapes, or descriptions) gets another tag."""
+    `offset`: ``_wur/ratios/``, ``_wur/histograms/`` or ``_wur/spectral/`` and a digest of
+    its plugin content, so that another set of layers (or shapes, or descriptions) gets
+    another tag."""
     content = _packed_content(kind, layers, offset)
     digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()
-    prefix = _PACKED_RATIOS_TAG_PREFIX if kind == KIND_PACKED_RATIOS else _PACKED_HISTOGRAMS_TAG_PREFIX
-    return prefix + digest[:20]
+    return _PACKED_TAG_PREFIXES[kind] + digest[:20]
 
 
 def create_packed_metadata(
@@ -552,7 +581,8 @@ def packed_layers(content: dict[str, Any]) -> list[PackedLayer]:
 
 
 def encode_packed_ratios(ratios: Any, skipped: bool) -> bytes:
-    """The stored value of one step of a ``packed_ratios`` series: `ratios` (float32, one
+    """The stored value of one step of a ``packed_ratios`` (or ``packed_spectral``) series:
+    `ratios` (float32, one
     per layer of the chunk) and the skipped-step marker, as the bytes of a float32 vector
     (little-endian: a `TensorProto`'s ``tensor_content``)."""
     values = np.asarray(ratios, dtype=np.float32).reshape(-1)
@@ -609,6 +639,13 @@ def ratio_description(tag: str, shape: Sequence[int] | None = None, dtype: str |
     """The description of a layer's ratio series, shown in TensorBoard: with the variable's
     shape and dtype name (e.g. "float32") when they are given."""
     return f"Weight-update ratio of {tag}{_about(shape, dtype)}"
+
+
+def spectral_description(
+    tag: str, shape: Sequence[int] | None = None, dtype: str | None = None
+) -> str:
+    """The description of a layer's spectral-ratio series (as `ratio_description`)."""
+    return f"Spectral update ratio of {tag}{_about(shape, dtype)}"
 
 
 def histogram_description(

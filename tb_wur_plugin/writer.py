@@ -148,12 +148,15 @@ class SummaryWriter:
         descriptions: Mapping[str, str] | None = None,
         wall_time: float | None = None,
         shapes: Mapping[str, Any] | None = None,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> None:
         """Write one step's weight-update ratios ‖Δw‖₂ / ‖w‖₂, one per layer, and the
         skipped-step marker, as one event (as `watch` writes them).
 
         Each ratio is stored as float32 (`to_stored_scalar`); the layers' order in `ratios`
-        is their order in the tab (model order).
+        is their order in the tab (model order). With ``metric="spectral"`` the ratios are
+        spectral update ratios ‖ΔW‖₂ / ‖W‖₂ (of the layers of two or more dimensions), kept
+        apart from the Frobenius ratios (always in the packed layout).
 
         Args:
           ratios: {tag: ratio}: the layer's tag (its parameter path, e.g. "fc1/weight") and
@@ -168,14 +171,18 @@ class SummaryWriter:
             series' metadata (`metadata.create_summary_metadata`'s `shape`): the report and
             the tab compare a layer with the run's other layers of its kind (matrices,
             vectors); a layer without one is of unknown kind.
+          metric: ``metadata.METRIC_FROBENIUS`` (default) or ``metadata.METRIC_SPECTRAL``;
+            the descriptions default to `metadata.spectral_description` for the latter.
 
         Raises:
           TypeError: a tag is not a str, a ratio not a real number, `step` not an integer,
             `shapes` not a mapping of sequences of ints.
           ValueError: `ratios` is empty, a tag is empty or reserved (starts with "_wur/"),
-            a ratio is not a scalar, a shape has a negative dimension.
+            a ratio is not a scalar, a shape has a negative dimension, `metric` is not one
+            of `metadata.METRICS`.
           RuntimeError: the writer is closed.
         """
+        kind = metadata.packed_ratio_kind(metric)
         step = _check_step(step)
         items = _check_mapping(ratios, "ratios")
         values = [(tag, _real_scalar(value, f"ratio of {tag!r}")) for tag, value in items]
@@ -183,16 +190,20 @@ class SummaryWriter:
             skipped = all(value == 0 for _, value in values)
         elif not isinstance(skipped, (bool, np.bool_)):
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
-        describe = _describer(descriptions, metadata.ratio_description)
+        describe = _describer(
+            descriptions,
+            metadata.spectral_description if kind == metadata.KIND_PACKED_SPECTRAL
+            else metadata.ratio_description,
+        )
         shape_of = _shapes(shapes)
         stored = _to_stored_scalars([value for _, value in values])
-        if self._packed:
+        if self._packed or kind == metadata.KIND_PACKED_SPECTRAL:
             names = tuple(tag for tag, _ in values)
             about = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
             parts, tags = [], []
             for offset, end in metadata.packed_chunks(len(names)):
                 tag, part = self._packed_value(
-                    metadata.KIND_PACKED_RATIOS, names, about, offset, end, _DT_FLOAT,
+                    kind, names, about, offset, end, _DT_FLOAT,
                     metadata.encode_packed_ratios(stored[offset:end], skipped),
                 )
                 parts.append(part)

@@ -100,6 +100,8 @@ class PackedRun:
     contents: dict[str, dict]
     # per event with packed values: (step, [packed tags in the event's order])
     events: list[tuple[int, list[str]]]
+    # layer tag -> [(step, float32 spectral ratio)], in the order written
+    spectral: dict[str, list[tuple[int, np.float32]]] = dataclasses.field(default_factory=dict)
 
 
 def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
@@ -112,7 +114,7 @@ def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
     for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
         described: set[str] = set()
         for event in event_file_loader.EventFileLoader(path).Load():
-            chunks = {metadata.KIND_PACKED_RATIOS: [], metadata.KIND_PACKED_HISTOGRAMS: []}
+            chunks = {kind: [] for kind in metadata.PACKED_KINDS}
             in_event = {kind: [] for kind in chunks}  # the layers of its chunks
             tags = []
             for value in event.summary.value:
@@ -139,11 +141,13 @@ def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
                 for i, layer in enumerate(layers):
                     if content["kind"] == metadata.KIND_PACKED_RATIOS or layer.tag not in run.layers:
                         run.layers[layer.tag] = (content["offset"] + i, layer)
-                if content["kind"] == metadata.KIND_PACKED_RATIOS:
+                if content["kind"] in (metadata.KIND_PACKED_RATIOS, metadata.KIND_PACKED_SPECTRAL):
                     ratios, skipped = metadata.decode_packed_ratios(stored, len(layers))
                     chunks[content["kind"]][-1] += (bool(skipped[0]),)
+                    into = (run.ratios if content["kind"] == metadata.KIND_PACKED_RATIOS
+                            else run.spectral)
                     for layer, ratio in zip(layers, ratios[0]):
-                        run.ratios.setdefault(layer.tag, []).append((event.step, ratio))
+                        into.setdefault(layer.tag, []).append((event.step, ratio))
                 else:
                     counts = metadata.decode_packed_histograms(stored, len(layers))
                     for layer, row in zip(layers, counts):
@@ -154,8 +158,9 @@ def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
                 assert len(set(in_event[kind])) == len(in_event[kind]), in_event[kind]
                 offsets = [part[0] for part in parts]
                 assert offsets == list(np.cumsum([0] + [p[1] for p in parts[:-1]])), offsets
-                if kind == metadata.KIND_PACKED_RATIOS:
+                if kind != metadata.KIND_PACKED_HISTOGRAMS:
                     (marker,) = {part[2] for part in parts}  # the same in every chunk
+                if kind == metadata.KIND_PACKED_RATIOS:
                     run.skipped.append((event.step, 1.0 if marker else 0.0))
             if tags:
                 run.events.append((event.step, tags))

@@ -90,7 +90,8 @@ def test_callback_logs_learning_rate_and_histograms_at_logged_steps(logdir):
     # the ratios and histograms as packed series (one tag each), the learning rate per tag
     assert set(read_raw_events(os.path.join(logdir, "train"))) == {
         metadata.LEARNING_RATE_TAG, *run.contents}
-    assert sorted(c["kind"] for c in run.contents.values()) == sorted(metadata.PACKED_KINDS)
+    assert sorted(c["kind"] for c in run.contents.values()) == sorted(
+        [metadata.KIND_PACKED_RATIOS, metadata.KIND_PACKED_HISTOGRAMS])
     assert sorted(run.histograms) == sorted(v.path for v in model.trainable_variables)
     for v in model.trainable_variables:
         points = run.histograms[v.path]

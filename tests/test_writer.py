@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
 from framework_servers import both_loaders, export
-from helpers import read_events, reference_buckets
+from helpers import read_events, read_packed, reference_buckets
 from tb_wur_plugin.tf_write import bucketing
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.arrays import numpy_math
@@ -298,6 +298,25 @@ def test_an_explicit_skipped_marker_wins(tmp_path):
     assert [(s, float(v)) for s, v, _ in marker] == [(0, 1.0), (1, 0.0), (2, 1.0)]
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_spectral_ratios_are_a_packed_series_of_their_own(tmp_path, packed):
+    with SummaryWriter(str(tmp_path), packed=packed) as writer:
+        writer.add_ratios({"w": 0.5, "b": 0.25}, 0, shapes={"w": (3, 2), "b": (2,)})
+        writer.add_ratios({"w": 0.125}, 0, shapes={"w": (3, 2)}, metric="spectral")
+        writer.add_ratios({"w": 0.0}, 1, shapes={"w": (3, 2)}, metric="spectral")
+    run = read_packed(str(tmp_path))
+    assert run.spectral == {"w": [(0, np.float32(0.125)), (1, np.float32(0.0))]}
+    (content,) = [c for c in run.contents.values()
+                  if c["kind"] == metadata.KIND_PACKED_SPECTRAL]
+    assert content["layers"] == [{
+        "tag": "w", "shape": [3, 2],
+        "description": metadata.spectral_description("w", None)}]
+    tags = [t for t, c in run.contents.items() if c["kind"] == metadata.KIND_PACKED_SPECTRAL]
+    assert all(t.startswith("_wur/spectral/") for t in tags)
+    # the Frobenius ratios are untouched by the spectral ones
+    assert [float(v) for _, v, _ in read_events(str(tmp_path))["w"]] == [0.5]
+
+
 def test_writers_in_one_directory_get_their_own_files(tmp_path):
     first, second = SummaryWriter(tmp_path), SummaryWriter(str(tmp_path))
     assert first.path != second.path
@@ -353,6 +372,7 @@ class Scalar:
         (lambda w: w.add_ratios({"w": 1.0}, 1.5), TypeError, "step"),
         (lambda w: w.add_ratios({"w": 1.0}, True), TypeError, "step"),
         (lambda w: w.add_ratios({"w": 1.0}, 0, skipped=1), TypeError, "skipped"),
+        (lambda w: w.add_ratios({"w": 1.0}, 0, metric="nuclear"), ValueError, "metric"),
         (lambda w: w.add_histograms({"w": np.arange(3)}, 0), TypeError, "floating"),
         (lambda w: w.add_histograms({"w": 1.0}, 0), TypeError, "floating"),
         (lambda w: w.add_histograms({"_wur/w": [1.0]}, 0), ValueError, "reserved"),
