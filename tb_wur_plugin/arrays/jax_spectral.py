@@ -1,0 +1,174 @@
+"""Spectral update ratios ‖ΔW‖₂ / ‖W‖₂ of JAX arrays, on their device: the Golub–Kahan–Lanczos
+iterations of `arrays.spectral`, batched over the matrices of one shape, one jitted call per
+round of iterations, warm-started from a `spectral.SpectralState`. Used by
+`tb_wur_plugin.jax` and the Keras JAX backend. Imports no TensorFlow module."""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tb_wur_plugin.arrays import spectral
+from tb_wur_plugin.arrays.jax_math import work
+from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+
+# Matrices of up to this many elements are stacked (copied) into one batch per shape;
+# larger ones are iterated one at a time.
+STACKED_MAX_ELEMENTS = 1 << 20
+
+WEIGHTS, UPDATE = "weights", "update"
+
+
+def spectral_ratios(
+    tags: Sequence[str],
+    weights: Sequence[jax.Array],
+    updates: Sequence[jax.Array],
+    state: spectral.SpectralState,
+    layout: str = spectral.TRAILING_FAN_OUT,
+) -> np.ndarray:
+    """‖ΔW‖₂ / ‖W‖₂ of each parameter, W viewed as a matrix (`spectral.matrix_shape`).
+
+    Args:
+      tags: the parameters' tags (the keys of their warm-start vectors in `state`).
+      weights: the parameters before the update, each of two or more dimensions.
+      updates: their updates ΔW (an optax update), of the same shapes.
+      state: the warm-start vectors, read and updated.
+      layout: `spectral.TRAILING_FAN_OUT` (flax and Keras kernels, the default) or
+        `LEADING_FAN_OUT`.
+
+    Returns:
+      float64[n]: the ratios, with the protocol's conventions (0 when ΔW = 0, +inf when
+      W = 0 ≠ ΔW, NaN when either is not finite).
+
+    Raises:
+      ValueError: a parameter has fewer than two dimensions, or an update another shape.
+    """
+    matrices, keys = [], []
+    for tag, weight, update in zip(tags, weights, updates):
+        if np.shape(weight) != np.shape(update):
+            raise ValueError(f"the update of {tag!r} has shape {np.shape(update)}, "
+                             f"the parameter {np.shape(weight)}")
+        shape = spectral.matrix_shape(np.shape(weight), layout)
+        if shape is None:
+            raise ValueError(f"{tag!r} of shape {np.shape(weight)} is not a matrix")
+        for role, array in ((WEIGHTS, weight), (UPDATE, update)):
+            matrices.append((array, shape))
+            keys.append((tag, role))
+    norms = top_singular_values(matrices, keys, state)
+    return ratios_from_norms(norms[1::2], norms[0::2])
+
+
+def top_singular_values(
+    matrices: Sequence[tuple[jax.Array, tuple[int, int]]], keys: Sequence[tuple[str, str]],
+    state: spectral.SpectralState,
+) -> np.ndarray:
+    """σ₁ of each (array, matrix shape) pair (float64[n]), those of one shape and dtype
+    together, each warm-started from its vector in `state` under its key, which is then
+    replaced by the new one (kept only where σ₁ is finite)."""
+    sigmas = np.zeros(len(matrices))
+    groups: dict[tuple, list[int]] = {}
+    for i, (array, shape) in enumerate(matrices):
+        if int(np.prod(shape)) > STACKED_MAX_ELEMENTS:
+            groups[("alone", i)] = [i]
+        else:
+            groups.setdefault((shape, jnp.result_type(array)), []).append(i)
+    for indices in groups.values():
+        shape = matrices[indices[0]][1]
+        batch = _stacked([matrices[i][0] for i in indices], shape)
+        starts = [state.get(keys[i], shape) for i in indices]
+        values, vectors = _lanczos(batch, starts)
+        for j, i in enumerate(indices):
+            sigmas[i] = values[j]
+            if np.isfinite(values[j]):
+                state.put(keys[i], shape, vectors[j])
+    return sigmas
+
+
+@functools.partial(jax.jit, static_argnames="shape")
+def _stacked(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
+    return jnp.stack([work(a).reshape(shape) for a in arrays])
+
+
+def _lanczos(batch: jax.Array, starts: list) -> tuple[np.ndarray, jax.Array]:
+    """σ₁ (float64[b]) and the top right singular vectors ([b, n], on the device) of the
+    matrices `batch` [b, m, n], by the iterations and stopping rule of `arrays.spectral`."""
+    b, m, n = batch.shape
+    limit = spectral.krylov_limit(m, n)
+    cold = spectral.cold_start(n)
+    start = jnp.stack([
+        jnp.asarray(cold, batch.dtype) if s is None else jnp.asarray(s, batch.dtype)
+        for s in starts
+    ])
+    carry = _initial(batch, start, limit)
+    previous = np.zeros(b)
+    k = 0
+    while True:
+        count = min(spectral.ROUND, limit - k)
+        carry = _round(batch, carry, k, count)
+        k += count
+        alphas, betas = jax.device_get((carry[2][:, :k], carry[3][:, :k]))
+        sigma, y = spectral.bidiagonal_top(alphas, betas)
+        if k >= limit or spectral.converged(previous, sigma):
+            break
+        previous = sigma
+    padded = np.zeros((b, limit + 1))
+    padded[:, :k] = y
+    return sigma, _combined(carry[0], jnp.asarray(padded, batch.dtype))
+
+
+@functools.partial(jax.jit, static_argnames="limit")
+def _initial(batch: jax.Array, start: jax.Array, limit: int) -> tuple:
+    """The iterations' carry: the right basis V [b, limit + 1, n] holding the normalised
+    start vectors, the left basis U [b, limit, m], α and β [b, limit], the last β [b, 1] and
+    the last u [b, m]."""
+    b, m, n = batch.shape
+    start = start / _safe(jnp.linalg.norm(start, axis=1, keepdims=True))
+    right = jnp.zeros((b, limit + 1, n), batch.dtype).at[:, 0].set(start)
+    return (right, jnp.zeros((b, limit, m), batch.dtype), jnp.zeros((b, limit), batch.dtype),
+            jnp.zeros((b, limit), batch.dtype), jnp.zeros((b, 1), batch.dtype),
+            jnp.zeros((b, m), batch.dtype))
+
+
+@functools.partial(jax.jit, static_argnames="count")
+def _round(batch: jax.Array, carry: tuple, k: int, count: int) -> tuple:
+    """`count` iterations from iteration `k` on (full reorthogonalisation against the whole
+    padded bases: their rows not filled yet are zero)."""
+
+    def iteration(j, carry):
+        right, left, alphas, betas, beta, u_previous = carry
+        u = jnp.einsum("bmn,bn->bm", batch, right[:, j]) - beta * u_previous
+        u = _orthogonalised(u, left)
+        alpha = jnp.linalg.norm(u, axis=1, keepdims=True)
+        u = u / _safe(alpha)
+        left = left.at[:, j].set(u)
+        v = jnp.einsum("bmn,bm->bn", batch, u) - alpha * right[:, j]
+        v = _orthogonalised(v, right)
+        beta = jnp.linalg.norm(v, axis=1, keepdims=True)
+        right = right.at[:, j + 1].set(v / _safe(beta))
+        alphas = alphas.at[:, j].set(alpha[:, 0])
+        betas = betas.at[:, j].set(beta[:, 0])
+        return right, left, alphas, betas, beta, u
+
+    return jax.lax.fori_loop(k, k + count, iteration, carry)
+
+
+@jax.jit
+def _combined(right: jax.Array, y: jax.Array) -> jax.Array:
+    top = jnp.einsum("bk,bkn->bn", y, right)
+    return top / _safe(jnp.linalg.norm(top, axis=1, keepdims=True))
+
+
+def _orthogonalised(x: jax.Array, basis: jax.Array) -> jax.Array:
+    """`x` [b, d] less its components along the orthonormal (or zero) rows of `basis`
+    [b, k, d], by classical Gram–Schmidt twice."""
+    for _ in range(2):
+        x = x - jnp.einsum("bkd,bk->bd", basis, jnp.einsum("bkd,bd->bk", basis, x))
+    return x
+
+
+def _safe(norm: jax.Array) -> jax.Array:
+    return jnp.where(norm > 0, norm, jnp.ones_like(norm))

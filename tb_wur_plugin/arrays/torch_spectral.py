@@ -1,0 +1,149 @@
+"""Spectral update ratios ‖ΔW‖₂ / ‖W‖₂ of PyTorch tensors, on their device: the
+Golub–Kahan–Lanczos iterations of `arrays.spectral`, batched over the matrices of one shape
+(`torch.bmm`), warm-started from a `spectral.SpectralState`. Used by `tb_wur_plugin.torch`
+and the Keras PyTorch backend. Imports no TensorFlow module."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from tb_wur_plugin.arrays import spectral
+from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+
+# Matrices of up to this many elements are stacked (copied) into one batch per shape;
+# larger ones are iterated one at a time, without a copy.
+STACKED_MAX_ELEMENTS = 1 << 20
+
+WEIGHTS, UPDATE = "weights", "update"
+
+
+def spectral_ratios(
+    tags: Sequence[str],
+    weights: Sequence[torch.Tensor],
+    updates: Sequence[torch.Tensor],
+    state: spectral.SpectralState,
+    layout: str = spectral.LEADING_FAN_OUT,
+) -> np.ndarray:
+    """‖ΔW‖₂ / ‖W‖₂ of each parameter, W viewed as a matrix (`spectral.matrix_shape`).
+
+    Args:
+      tags: the parameters' tags (the keys of their warm-start vectors in `state`).
+      weights: the parameters before the update, each of two or more dimensions.
+      updates: their updates ΔW, of the same shapes.
+      state: the warm-start vectors, read and updated.
+      layout: `spectral.LEADING_FAN_OUT` (PyTorch's layout) or `TRAILING_FAN_OUT` (Keras).
+
+    Returns:
+      float64[n]: the ratios, with the protocol's conventions (0 when ΔW = 0, +inf when
+      W = 0 ≠ ΔW, NaN when either is not finite).
+
+    Raises:
+      ValueError: a parameter has fewer than two dimensions, or an update another shape.
+    """
+    matrices, keys = [], []
+    for tag, weight, update in zip(tags, weights, updates):
+        if weight.shape != update.shape:
+            raise ValueError(f"the update of {tag!r} has shape {tuple(update.shape)}, "
+                             f"the parameter {tuple(weight.shape)}")
+        shape = spectral.matrix_shape(weight.shape, layout)
+        if shape is None:
+            raise ValueError(f"{tag!r} of shape {tuple(weight.shape)} is not a matrix")
+        for role, tensor in ((WEIGHTS, weight), (UPDATE, update)):
+            matrices.append(_work(tensor.detach()).reshape(shape))
+            keys.append((tag, role))
+    norms = top_singular_values(matrices, keys, state)
+    return ratios_from_norms(norms[1::2], norms[0::2])
+
+
+def top_singular_values(
+    matrices: Sequence[torch.Tensor], keys: Sequence[tuple[str, str]],
+    state: spectral.SpectralState,
+) -> np.ndarray:
+    """σ₁ of each matrix (float64[n]), those of one shape, dtype and device together, each
+    warm-started from its vector in `state` under its key, which is then replaced by the
+    new one (kept only where σ₁ is finite)."""
+    sigmas = np.zeros(len(matrices))
+    groups: dict[tuple, list[int]] = {}
+    for i, matrix in enumerate(matrices):
+        if matrix.numel() > STACKED_MAX_ELEMENTS:
+            groups[("alone", i)] = [i]
+        else:
+            groups.setdefault((tuple(matrix.shape), matrix.dtype, matrix.device), []).append(i)
+    for indices in groups.values():
+        shape = tuple(matrices[indices[0]].shape)
+        batch = (matrices[indices[0]][None] if len(indices) == 1
+                 else torch.stack([matrices[i] for i in indices]))
+        starts = [state.get(keys[i], shape) for i in indices]
+        values, vectors = _lanczos(batch, starts)
+        for j, i in enumerate(indices):
+            sigmas[i] = values[j]
+            if np.isfinite(values[j]):
+                state.put(keys[i], shape, vectors[j])
+    return sigmas
+
+
+def _work(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+
+
+def _lanczos(
+    batch: torch.Tensor, starts: list[torch.Tensor | None]
+) -> tuple[np.ndarray, torch.Tensor]:
+    """σ₁ (float64[b]) and the top right singular vectors ([b, n], on the device) of the
+    matrices `batch` [b, m, n], by the iterations and stopping rule of `arrays.spectral`."""
+    b, m, n = batch.shape
+    limit = spectral.krylov_limit(m, n)
+    like = dict(dtype=batch.dtype, device=batch.device)
+    cold = torch.as_tensor(spectral.cold_start(n), **like)
+    start = torch.stack([cold if s is None else s.to(**like) for s in starts])
+    start = start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
+    right = torch.zeros(b, limit + 1, n, **like)  # V: the right Krylov basis
+    left = torch.zeros(b, limit, m, **like)  # U
+    right[:, 0] = start
+    alphas, betas = [], []
+    beta = torch.zeros(b, 1, **like)
+    u_previous = torch.zeros(b, m, **like)
+    transposed = batch.transpose(1, 2)
+    previous = np.zeros(b)
+    k = 0
+    while True:
+        for _ in range(min(spectral.ROUND, limit - k)):
+            u = torch.bmm(batch, right[:, k, :, None])[..., 0] - beta * u_previous
+            u = _orthogonalised(u, left[:, :k])
+            alpha = torch.linalg.vector_norm(u, dim=1, keepdim=True)
+            u = u / _safe(alpha)
+            left[:, k] = u
+            v = torch.bmm(transposed, u[..., None])[..., 0] - alpha * right[:, k]
+            v = _orthogonalised(v, right[:, : k + 1])
+            beta = torch.linalg.vector_norm(v, dim=1, keepdim=True)
+            right[:, k + 1] = v / _safe(beta)
+            u_previous = u
+            alphas.append(alpha)
+            betas.append(beta)
+            k += 1
+        diagonal = torch.cat(alphas, 1).cpu().numpy()
+        upper = torch.cat(betas, 1).cpu().numpy()
+        sigma, y = spectral.bidiagonal_top(diagonal, upper)
+        if k >= limit or spectral.converged(previous, sigma):
+            break
+        previous = sigma
+    top = torch.einsum("bk,bkn->bn", torch.as_tensor(y, **like), right[:, :k])
+    return sigma, top / _safe(torch.linalg.vector_norm(top, dim=1, keepdim=True))
+
+
+def _orthogonalised(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """`x` [b, d] less its components along the orthonormal rows of `basis` [b, k, d], by
+    classical Gram–Schmidt twice (full reorthogonalisation)."""
+    if basis.shape[1] == 0:
+        return x
+    for _ in range(2):
+        x = x - torch.bmm(basis.transpose(1, 2), torch.bmm(basis, x[..., None]))[..., 0]
+    return x
+
+
+def _safe(norm: torch.Tensor) -> torch.Tensor:
+    """`norm` where positive, else 1 (a zero vector stays zero, not NaN)."""
+    return torch.where(norm > 0, norm, torch.ones_like(norm))
