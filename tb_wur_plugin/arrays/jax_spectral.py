@@ -56,7 +56,7 @@ def spectral_ratios(
         if shape is None:
             raise ValueError(f"{tag!r} of shape {np.shape(weight)} is not a matrix")
         for role, array in ((WEIGHTS, weight), (UPDATE, update)):
-            matrices.append((array, shape))
+            matrices.append((array, shape))  # a view of `shape`, `oriented` when stacked
             keys.append((tag, role))
     norms = top_singular_values(matrices, keys, state)
     return ratios_from_norms(norms[1::2], norms[0::2])
@@ -79,18 +79,22 @@ def top_singular_values(
     for indices in groups.values():
         shape = matrices[indices[0]][1]
         batch = _stacked([matrices[i][0] for i in indices], shape)
-        starts = [state.get(keys[i], shape) for i in indices]
+        starts = [state.get(keys[i], batch.shape[1:]) for i in indices]
         values, vectors = _lanczos(batch, starts)
         for j, i in enumerate(indices):
             sigmas[i] = values[j]
             if np.isfinite(values[j]):
-                state.put(keys[i], shape, vectors[j])
+                state.put(keys[i], batch.shape[1:], vectors[j])
     return sigmas
 
 
 @functools.partial(jax.jit, static_argnames="shape")
 def _stacked(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
-    return jnp.stack([work(a).reshape(shape) for a in arrays])
+    """The arrays as matrices of `shape`, `spectral.oriented`, stacked [b, rows, columns]."""
+    matrices = [work(a).reshape(shape) for a in arrays]
+    if shape[1] > shape[0]:
+        matrices = [matrix.T for matrix in matrices]
+    return jnp.stack(matrices)
 
 
 def _lanczos(batch: jax.Array, starts: list) -> tuple[np.ndarray, jax.Array]:

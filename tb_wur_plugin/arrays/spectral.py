@@ -69,10 +69,18 @@ def matrix_shape(shape: Sequence[int], layout: str) -> tuple[int, int] | None:
     return int(np.prod(dims[:-1])), dims[-1]
 
 
+def oriented(shape: Sequence[int]) -> tuple[int, int]:
+    """The shape the iterations take a matrix of `shape` in: transposed when it has more
+    columns than rows, so that the right vectors span the smaller dimension (after
+    `columns` iterations the Krylov space is all of it, and the estimate exact)."""
+    rows, columns = int(shape[0]), int(shape[1])
+    return (columns, rows) if columns > rows else (rows, columns)
+
+
 def krylov_limit(rows: int, columns: int) -> int:
-    """The most iterations for a matrix of this shape: MAX_ITERATIONS, or min(rows, columns)
-    (where the Krylov space is the whole space and the estimate exact)."""
-    return max(1, min(MAX_ITERATIONS, rows, columns))
+    """The most iterations for an oriented matrix (`oriented`) of this shape:
+    MAX_ITERATIONS, or `columns` (the whole space: the estimate is then exact)."""
+    return max(1, min(MAX_ITERATIONS, columns))
 
 
 def cold_start(columns: int) -> np.ndarray:

@@ -52,7 +52,8 @@ def spectral_ratios(
         if shape is None:
             raise ValueError(f"{tag!r} of shape {tuple(weight.shape)} is not a matrix")
         for role, tensor in ((WEIGHTS, weight), (UPDATE, update)):
-            matrices.append(_work(tensor.detach()).reshape(shape))
+            matrix = _work(tensor.detach()).reshape(shape)
+            matrices.append(matrix.mT if shape[1] > shape[0] else matrix)  # `oriented`
             keys.append((tag, role))
     norms = top_singular_values(matrices, keys, state)
     return ratios_from_norms(norms[1::2], norms[0::2])
@@ -62,7 +63,8 @@ def top_singular_values(
     matrices: Sequence[torch.Tensor], keys: Sequence[tuple[str, str]],
     state: spectral.SpectralState,
 ) -> np.ndarray:
-    """σ₁ of each matrix (float64[n]), those of one shape, dtype and device together, each
+    """σ₁ of each matrix (float64[n]; each with no more columns than rows:
+    `spectral.oriented`), those of one shape, dtype and device together, each
     warm-started from its vector in `state` under its key, which is then replaced by the
     new one (kept only where σ₁ is finite)."""
     sigmas = np.zeros(len(matrices))

@@ -1,5 +1,6 @@
 """One event carrying many summaries, written by one op instead of one `tf.summary.write`
-per tag: the packed series of a step (`write_packed_ratios`, `write_packed_histograms`: all
+per tag: the packed series of a step (`write_packed_ratios` for the ratios and the spectral
+ratios, `write_packed_histograms`: all
 watched variables of the step in one tensor per chunk of layers, protocol version 3 in
 `metadata`), and the per-tag series of the summary ops and the line search
 (`write_scalars`, `write_histograms`).
@@ -70,6 +71,13 @@ def ratio_chunks(tags: Sequence[str], variables: Sequence[Any]) -> tuple[PackedC
     return _ratio_chunks(tuple(tags), tuple(_about(variable) for variable in variables))
 
 
+def spectral_chunks(tags: Sequence[str], variables: Sequence[Any]) -> tuple[PackedChunk, ...]:
+    """`packed_chunks` of the packed spectral ratios (`metadata.KIND_PACKED_SPECTRAL`) of
+    `variables` under `tags`: their layers as `ratio_layers`, described by
+    `metadata.spectral_description`; cached as `ratio_chunks`."""
+    return _spectral_chunks(tuple(tags), tuple(_about(variable) for variable in variables))
+
+
 @functools.lru_cache(maxsize=256)
 def histogram_chunks(tags: tuple[str, ...]) -> tuple[PackedChunk, ...]:
     """`packed_chunks` of the packed histograms of `tags` (their layers are their tags only),
@@ -102,6 +110,19 @@ def _ratio_chunks(
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _spectral_chunks(
+    tags: tuple[str, ...], abouts: tuple[tuple[tuple[int, ...] | None, str], ...]
+) -> tuple[PackedChunk, ...]:
+    return packed_chunks(
+        metadata.KIND_PACKED_SPECTRAL,
+        [
+            metadata.PackedLayer(tag, dims, metadata.spectral_description(tag, dims, dtype))
+            for tag, (dims, dtype) in zip(tags, abouts)
+        ],
+    )
+
+
 def packed_ratio_values(
     chunks: Sequence[PackedChunk], ratios: tf.Tensor, skipped: tf.Tensor
 ) -> list[tf.Tensor]:
@@ -126,9 +147,11 @@ def write_packed_ratios(
     """Write one step of packed ratios (`packed_ratio_values`), all chunks in one event, each
     as `SummaryWriter.add_ratios` writes it: a float32 vector under the chunk's tag, its bytes
     as `tensor_content` after a constant prefix (with or without the chunk's metadata).
+    Spectral ratios are written the same way, under their own chunks.
 
     Args:
-      chunks: `packed_chunks(metadata.KIND_PACKED_RATIOS, layers)`.
+      chunks: `packed_chunks(metadata.KIND_PACKED_RATIOS, layers)` (`ratio_chunks`), or
+        those of `metadata.KIND_PACKED_SPECTRAL` (`spectral_chunks`).
       ratios: float32[n], the stored ratio of each layer.
       skipped: the step's skipped-step marker, a float32 scalar (1 or 0).
       step, writer: as for `write_scalars`.

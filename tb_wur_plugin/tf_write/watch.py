@@ -13,12 +13,14 @@ from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.tf_write.batched_write import (
     histogram_chunks,
     ratio_chunks,
+    spectral_chunks,
     to_stored_scalar,
     write_packed_histograms,
     write_packed_ratios,
 )
 from tb_wur_plugin.tf_write.capture import captured_changes
 from tb_wur_plugin.tf_write.ratios import histogram_counts, partition, update_ratios
+from tb_wur_plugin.tf_write.spectral import matrix_shape, spectral_ratios, warm_vectors
 from tb_wur_plugin.tf_write.recording import (
     MetadataOnce,
     check_default_writer_open,
@@ -69,11 +71,14 @@ def record(
     step: Any,
     histograms: bool = False,
     changes: Sequence[tf.Tensor | None] | None = None,
+    spectral: bool = False,
 ) -> bool | tf.Tensor:
     """Write the ratio (and histogram) of each watched variable's change since `before`,
     and the skipped-step marker (1 if no watched variable changed), as packed series
     (`metadata`'s protocol version 3): the ratios and the marker as one float32 tensor per
-    chunk of layers, the histograms as one of varint counts per chunk, in two events.
+    chunk of layers, the histograms as one of varint counts per chunk, in two events; with
+    `spectral`, the spectral ratios of the variables of two or more dimensions and the same
+    marker in a third (`tf_write.spectral`).
 
     Writes to the default writer regardless of `record_if`: the caller decided to record
     when it took the snapshot. Eagerly, one traced function computes all ratios at once.
@@ -85,6 +90,9 @@ def record(
       histograms: also write the histograms of the elementwise ratios.
       changes: optional, per variable, Δw as `captured_changes` gives it (then the ratio
         reads no variable), or None.
+      spectral: also write the spectral ratios ‖ΔW‖₂ / ‖W‖₂ (`metadata.KIND_PACKED_SPECTRAL`)
+        of the variables of two or more dimensions, warm-started from the vectors this
+        process kept for each variable at its previous logged step.
 
     Returns:
       Whether it wrote (False for no writer or a no-op writer); in a graph, a boolean tensor.
@@ -104,24 +112,34 @@ def record(
     histograms_once = [
         MetadataOnce(writer_object, (c.tag,)) for c in histogram_chunks(tags)
     ] if histograms else []
+    matrices = tuple(
+        i for i, v in enumerate(variables) if spectral and matrix_shape(v) is not None
+    )
+    spectral_once = [
+        MetadataOnce(writer_object, (c.tag,))
+        for c in spectral_chunks([tags[i] for i in matrices], [variables[i] for i in matrices])
+    ] if matrices else []
     include = ([once.include for once in ratios_once],
-               [once.include for once in histograms_once] or False)
+               [once.include for once in histograms_once] or False,
+               [once.include for once in spectral_once] or False)
     if tf.executing_eagerly():
         write = _write_ratios_traced
-        include = tuple(tf.constant(flags) for flags in include)  # one trace for both
+        include = tuple(tf.constant(flags) for flags in include)  # one trace for all
     else:
         write = _write_ratios
     written = write(
-        tags, variables, list(before), _read_step(step), histograms, writer, changes, *include
+        tags, variables, list(before), _read_step(step), histograms, writer, changes, *include,
+        matrices=matrices, vectors=warm_vectors([variables[i] for i in matrices]),
     )
-    for once in ratios_once + histograms_once:
+    for once in ratios_once + histograms_once + spectral_once:
         written = once.written(written)
     return bool(written) if tf.executing_eagerly() else written
 
 
 @contextlib.contextmanager
 def watch(
-    variables: Any, step: Any = None, histograms: bool = False, optimizer: Any = None
+    variables: Any, step: Any = None, histograms: bool = False, optimizer: Any = None,
+    spectral: bool = False,
 ) -> Iterator[None]:
     """Log the weight-update ratio of each of `variables` for the update made in the block.
 
@@ -158,10 +176,16 @@ def watch(
         no second read of the weights. That is the update the optimizer computed, which
         differs from the change of the stored weights by the float rounding of w + Δw.
         Variables whose update it cannot see so are compared before and after.
+      spectral: also write, at the same step and with the same skipped-step marker, the
+        spectral update ratio ‖ΔW‖₂ / ‖W‖₂ (largest singular values) of each variable of
+        two or more dimensions, viewed as the matrix (prod(kernel) · in, out) of a Keras
+        kernel (a bool). Computed only when the step is recorded, by Lanczos iterations
+        warm-started from the variable's vectors of its previous logged step (kept in two
+        non-trainable variables per variable), within 1e-3 of numpy's SVD.
 
     Raises:
-      TypeError: something in `variables` is not a variable, or `optimizer` is not a Keras
-        optimizer.
+      TypeError: something in `variables` is not a variable, `optimizer` is not a Keras
+        optimizer, or `spectral` not a bool.
       ValueError: a variable path is reserved, no step is set while recording, or
         `optimizer` is given on a Keras backend other than TensorFlow's.
       NotImplementedError: under a `ParameterServerStrategy`.
@@ -174,6 +198,8 @@ def watch(
       ...                            optimizer=optimizer):
       ...         optimizer.apply_gradients(zip(grads, model.trainable_variables))
     """
+    if not isinstance(spectral, bool):
+        raise TypeError(f"wur_summary.watch: spectral must be a bool, got {spectral!r}")
     watched = watched_variables(variables)
     capturing = _captures_changes(optimizer, watched)
     recording = static_recording()
@@ -198,7 +224,7 @@ def watch(
             "tf.summary.experimental.set_step()"
         )
     if not recording:  # decided when the graph runs
-        yield from _watch_conditionally(watched, step, histograms)
+        yield from _watch_conditionally(watched, step, histograms, spectral)
         return
     step_value = _read_step(step)
     before = snapshot(watched)
@@ -207,11 +233,11 @@ def watch(
         else contextlib.nullcontext([None] * len(watched))
     ) as changes:
         yield
-    record(watched, before, step_value, histograms, changes)
+    record(watched, before, step_value, histograms, changes, spectral)
 
 
 def _watch_conditionally(
-    watched: Sequence[WatchedVariable], step: Any, histograms: bool
+    watched: Sequence[WatchedVariable], step: Any, histograms: bool, spectral: bool
 ) -> Iterator[None]:
     """The body of `watch` in a graph whose recording `tf.summary.should_record_summaries()`
     decides when it runs: a conditional snapshot on entry, conditional ratios on exit."""
@@ -244,7 +270,7 @@ def _watch_conditionally(
                 before[i] = value
         for i, value in zip(large, large_values):
             before[i] = value
-        return record(watched, before, step_value, histograms)
+        return record(watched, before, step_value, histograms, spectral=spectral)
 
     # Each branch that records is one call of a function kept out of line: when the
     # condition is false, the step skips one op instead of hundreds.
@@ -269,10 +295,16 @@ def _write_ratios(
     changes: list[tf.Tensor | None],
     ratios_metadata: Any = True,
     histograms_metadata: Any = True,
+    spectral_metadata: Any = True,
+    *,
+    matrices: tuple[int, ...] = (),
+    vectors: Sequence[tuple[tf.Variable, tf.Variable]] = (),
 ) -> tf.Tensor:
-    """The body of `record`: the packed ratios with the skipped-step marker, and the packed
-    histograms, in two events, each chunk with its metadata where `ratios_metadata` /
-    `histograms_metadata` say so (a bool or boolean tensor for all chunks, or one per chunk:
+    """The body of `record`: the packed ratios with the skipped-step marker, the packed
+    histograms, and the packed spectral ratios of the variables at `matrices` (warm-started
+    from `vectors`, `spectral.warm_vectors`) with the same marker, in up to three events,
+    each chunk with its metadata where `ratios_metadata` / `histograms_metadata` /
+    `spectral_metadata` say so (a bool or boolean tensor for all chunks, or one per chunk:
     `batched_write.write_packed_ratios`)."""
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
@@ -289,6 +321,17 @@ def _write_ratios(
             write_packed_histograms(
                 histogram_chunks(tags), histogram_counts(before, variables, changes), step,
                 writer, histograms_metadata,
+            )
+        )
+    if matrices:
+        ratios = spectral_ratios(
+            [before[i] for i in matrices], [variables[i] for i in matrices],
+            [changes[i] for i in matrices], vectors,
+        )
+        written.append(
+            write_packed_ratios(
+                spectral_chunks([tags[i] for i in matrices], [variables[i] for i in matrices]),
+                to_stored_scalar(ratios), skipped, step, writer, spectral_metadata,
             )
         )
     return tf.reduce_all(tf.stack(written))
