@@ -69,6 +69,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         after the last flush, at each epoch's end and at the end of training: fewer writes,
         for filesystems where each flush is costly (object stores rewrite the file). On
         JAX and PyTorch a local logdir gets every event at once whatever this says.
+      spectral: also log, at the same steps, the spectral update ratio ‖ΔW‖₂ / ‖W‖₂
+        (largest singular values) of each variable of two or more dimensions, viewed as
+        the matrix (prod(kernel) · in, out); computed on the variables' device at logged
+        steps only, warm-started from the previous logged step (`docs/keras.md`).
 
     Raises:
       TypeError: an argument has the wrong type.
@@ -98,6 +102,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         update_freq: int = 100,
         histograms: bool = False,
         flush_millis: int | None = None,
+        spectral: bool = False,
     ):
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
@@ -111,6 +116,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if not isinstance(histograms, bool):
             raise TypeError(f"histograms must be a bool, got {histograms!r}")
         self.histograms = histograms
+        if not isinstance(spectral, bool):
+            raise TypeError(f"spectral must be a bool, got {spectral!r}")
+        self.spectral = spectral
         self.flush_millis = None if flush_millis is None else _positive_int(
             flush_millis, "flush_millis", "(milliseconds) or None"
         )
@@ -151,7 +159,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         backend = _backend()
         self._read = backend.read_step
         self._logger = backend.Logger(
-            self.model, self.log_dir, self.flush_millis, self.histograms
+            self.model, self.log_dir, self.flush_millis, self.histograms, self.spectral
         )
         self._logged_model = self.model
         if not self._logger.active:

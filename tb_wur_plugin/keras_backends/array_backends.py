@@ -13,7 +13,14 @@ import keras
 import numpy as np
 
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
-from tb_wur_plugin.metadata import histogram_description, ratio_description, unique_tags
+from tb_wur_plugin.arrays.spectral import TRAILING_FAN_OUT, SpectralState
+from tb_wur_plugin.metadata import (
+    METRIC_SPECTRAL,
+    histogram_description,
+    ratio_description,
+    spectral_description,
+    unique_tags,
+)
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
 
@@ -25,12 +32,18 @@ class Watched(NamedTuple):
 
 
 class Logger:
-    """Writes the callback's logged steps into `log_dir/train` with a `SummaryWriter`."""
+    """Writes the callback's logged steps into `log_dir/train` with a `SummaryWriter`; with
+    `spectral`, also the spectral ratios of the variables of two or more dimensions,
+    warm-started from the vectors this logger kept at its previous logged step (one logger
+    per `fit`: each `fit` starts cold)."""
 
     active = True
     step_log = None  # the line search is TensorFlow's
 
-    def __init__(self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool):
+    def __init__(
+        self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool,
+        spectral: bool = False,
+    ):
         self._backend = keras.backend.backend()
         if self._backend not in ("jax", "torch"):
             raise NotImplementedError(
@@ -38,6 +51,7 @@ class Logger:
                 f"backends, not {self._backend!r}"
             )
         self._histograms = histograms
+        self._spectral = SpectralState() if spectral else None
         self._flush_seconds = None if flush_millis is None else flush_millis / 1000
         self._last_flush = time.monotonic()
         self._writer = SummaryWriter(os.path.join(log_dir, "train"))
@@ -71,16 +85,35 @@ class Logger:
     def record(self, watched: list[Watched], before: list[Any], step: int) -> None:
         after = [w.variable.value for w in watched]
         if self._backend == "jax":
-            ratios, counts = _jax_ratios(before, after, self._histograms)
+            updates = _jax_differences(before, after)
+            ratios, counts = _jax_ratios(before, updates, self._histograms)
         else:
-            ratios, counts = _torch_ratios(before, after, self._histograms)
+            updates = [a.detach() - b for b, a in zip(before, after)]
+            ratios, counts = _torch_ratios(before, after, updates, self._histograms)
         about = [(w.tag, tuple(w.variable.shape), str(w.variable.dtype)) for w in watched]
+        skipped = bool(np.all(np.asarray(ratios) == 0))
         self._writer.add_ratios(
             {w.tag: float(r) for w, r in zip(watched, ratios)},
             step,
+            skipped=skipped,
             descriptions={tag: ratio_description(tag, shape, dtype) for tag, shape, dtype in about},
             shapes={tag: shape for tag, shape, _ in about},
         )
+        matrices = [i for i, (_, shape, _) in enumerate(about) if len(shape) >= 2]
+        if self._spectral is not None and matrices:
+            kernel = _jax_spectral() if self._backend == "jax" else _torch_spectral()
+            spectral = kernel.spectral_ratios(
+                [about[i][0] for i in matrices], [before[i] for i in matrices],
+                [updates[i] for i in matrices], self._spectral, TRAILING_FAN_OUT,
+            )
+            self._writer.add_ratios(
+                {about[i][0]: float(r) for i, r in zip(matrices, spectral)},
+                step,
+                skipped=skipped,
+                descriptions={about[i][0]: spectral_description(*about[i]) for i in matrices},
+                shapes={about[i][0]: about[i][1] for i in matrices},
+                metric=METRIC_SPECTRAL,
+            )
         if counts is not None:
             self._writer.add_histograms(
                 {w.tag: Counts(c) for w, c in zip(watched, counts)},
@@ -125,14 +158,13 @@ def _jax_copies(values: list[Any]) -> list[Any]:
     return [jnp.array(v, copy=True) for v in values]
 
 
-def _jax_ratios(before: list[Any], after: list[Any], histograms: bool):
+def _jax_ratios(before: list[Any], updates: list[Any], histograms: bool):
     """float64 ratios and int counts[n, NUM_BUCKETS] (or None), from `tb_wur_plugin.jax`'s
-    device-side scaled norms and bucketing of Δw = after − before."""
+    device-side scaled norms and bucketing of the updates Δw = after − before."""
     import jax
 
     from tb_wur_plugin.arrays import jax_math
 
-    updates = _jax_differences(before, after)
     ratios = jax_math.ratios(before, updates)
     counts = None
     if histograms:
@@ -155,13 +187,25 @@ def _jax_differences(before: list[Any], after: list[Any]) -> list[Any]:
 # --- PyTorch ---------------------------------------------------------------------------------
 
 
-def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
-    """float64 ratios (norms in float64 on the device, one transfer) and int64 counts."""
+def _jax_spectral() -> Any:
+    from tb_wur_plugin.arrays import jax_spectral
+
+    return jax_spectral
+
+
+def _torch_spectral() -> Any:
+    from tb_wur_plugin.arrays import torch_spectral
+
+    return torch_spectral
+
+
+def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histograms: bool):
+    """float64 ratios (norms in float64 on the device, one transfer) and int64 counts, of
+    the updates `deltas` = after − before."""
     import torch
 
     from tb_wur_plugin.arrays import torch_math
 
-    deltas = [(a.detach() - b) for b, a in zip(before, after)]
     norms = torch.stack([
         torch.linalg.vector_norm(t, dtype=torch.float64) for t in [*before, *deltas]
     ]).cpu().numpy()

@@ -18,9 +18,13 @@ class Logger:
     """Writes the callback's logged steps into `log_dir/train` with a `tf.summary` writer
     (a no-op writer on the workers of a multi-worker strategy other than the chief)."""
 
-    def __init__(self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool):
+    def __init__(
+        self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool,
+        spectral: bool = False,
+    ):
         self._flush_millis = flush_millis
         self._histograms = histograms
+        self._spectral = spectral  # warm vectors kept per variable (`tf_write.spectral`)
         # False: a worker of a multi-worker strategy other than the chief, which logs every
         # step: this one creates no file and reads nothing.
         self.active = writes_summaries(
@@ -49,7 +53,7 @@ class Logger:
 
     def record(self, watched: list, before: list, step: int) -> None:
         with self._writing():
-            record(watched, before, step, self._histograms)
+            record(watched, before, step, self._histograms, spectral=self._spectral)
 
     def line_search(self, first: int, end: int) -> int:
         """Write the line-search rows of steps first, ..., end - 1; return how many of them
