@@ -22,6 +22,7 @@ No TensorFlow is imported.
 from __future__ import annotations
 
 import operator
+import weakref
 from typing import Any
 
 import jax
@@ -29,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.arrays import jax_math
-from tb_wur_plugin.metadata import histogram_description, ratio_description
+from tb_wur_plugin.arrays import jax_math, jax_spectral
+from tb_wur_plugin.arrays.spectral import TRAILING_FAN_OUT, SpectralState
+from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
 __all__ = ["update_ratios", "log_update_ratios", "pytree_tags"]
@@ -76,6 +78,7 @@ def log_update_ratios(
     every: int = 1,
     histograms: bool = False,
     learning_rate: Any = None,
+    spectral: bool = False,
 ) -> bool:
     """Write `update_ratios(params, updates)` at `step` when `step` is a multiple of
     `every` (else return False at once), as `watch` writes ratios: same tags order (model
@@ -91,6 +94,12 @@ def log_update_ratios(
       every: log only when `step % every == 0`.
       histograms: also write the elementwise histograms.
       learning_rate: a learning rate to write beside the ratios, or None.
+      spectral: also write the spectral update ratio ‖u‖₂ / ‖p‖₂ (largest singular
+        values) of each real leaf of two or more dimensions, viewed as the matrix
+        (prod(kernel) · in, out) of a flax kernel (`metric="spectral"`, same step and
+        skipped-step marker). Lanczos iterations on the leaves' device, warm-started from
+        the vectors of the previous logged step, which are kept per `writer` (and tag):
+        one writer per run keeps them between calls; they go with the writer.
 
     Returns:
       True if written.
@@ -99,7 +108,7 @@ def log_update_ratios(
       ValueError: on a step to log, `params` has no floating-point leaf (as
         `SummaryWriter.add_ratios` refuses an empty mapping), or `params` and `updates` do
         not have the same structure and shapes; `every` is not a positive int.
-      TypeError: `writer` is not a `SummaryWriter`.
+      TypeError: `writer` is not a `SummaryWriter`, or `spectral` not a bool.
     """
     step = operator.index(step)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -115,13 +124,35 @@ def log_update_ratios(
             "out), so there is no ratio to log; pass the trainable parameters and their "
             "updates"
         )
+    if not isinstance(spectral, bool):
+        raise TypeError(f"spectral must be a bool, got {spectral!r}")
     ratios = jax_math.ratios(p_leaves, u_leaves)
+    skipped = bool(np.all(ratios == 0))
     writer.add_ratios(
         dict(zip(tags, map(float, ratios))),
         step,
+        skipped=skipped,
         descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
         shapes={tag: info[0] for tag, info in zip(tags, about)},
     )
+    matrices = [  # real matrices: a complex leaf has no spectral ratio here
+        i for i, (shape, dtype) in enumerate(about)
+        if len(shape) >= 2 and not np.issubdtype(np.dtype(dtype), np.complexfloating)
+    ]
+    if spectral and matrices:
+        state = _SPECTRAL_STATES.setdefault(writer, SpectralState())
+        values = jax_spectral.spectral_ratios(
+            [tags[i] for i in matrices], [p_leaves[i] for i in matrices],
+            [u_leaves[i] for i in matrices], state, TRAILING_FAN_OUT,
+        )
+        writer.add_ratios(
+            {tags[i]: float(r) for i, r in zip(matrices, values)},
+            step,
+            skipped=skipped,
+            descriptions={tags[i]: spectral_description(tags[i], *about[i]) for i in matrices},
+            shapes={tags[i]: about[i][0] for i in matrices},
+            metric=metadata.METRIC_SPECTRAL,
+        )
     if histograms:
         counts = np.asarray(jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves)))
         writer.add_histograms(
@@ -146,6 +177,11 @@ def pytree_tags(tree: Any) -> list[str]:
 
 
 # --- internals --------------------------------------------------------------------------------
+
+# The warm-start vectors of `log_update_ratios(..., spectral=True)`, per writer (held weakly).
+_SPECTRAL_STATES: "weakref.WeakKeyDictionary[SummaryWriter, SpectralState]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _path_tag(path) -> str:
