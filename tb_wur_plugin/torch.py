@@ -29,14 +29,13 @@ import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.arrays import torch_math
+from tb_wur_plugin.arrays import torch_math, torch_shards
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 from tb_wur_plugin.events import run_claims
 from tb_wur_plugin.metadata import histogram_description, ratio_description
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
 __all__ = ["watch", "WatchHandle"]
-
 
 
 def watch(
@@ -142,15 +141,21 @@ def watch(
             raise ValueError(f"first_step must be >= 0, got {first_step}")
         first_step = int(first_step)
     _check_writer_argument(log_dir_or_writer)
+    explicit = first_step is not None
     if first_step is None:
         first_step = _restored_step(optimizer, stacklevel=3)
-    if _rank() != 0:
-        return WatchHandle(None, model, None, False, every, histograms, first_step)
-    entries = _parameters(model)  # the tags are valid
+    sharded = _distributed() and torch_shards.is_sharded(model)
+    if sharded:  # every rank counts the same steps (one collective, here only)
+        first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
+    if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
+        return WatchHandle(optimizer if sharded else None, model, None, False, every,
+                           histograms, first_step, sharded)
+    entries = torch_shards.pieces(model) if sharded else _parameters(model)  # tags valid
     run_dir = _run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
-    handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step)
+    handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step,
+                         sharded)
     try:
         handle._claim = run_claims.claim(
             run_dir, handle, "tb_wur_plugin.torch.watch handle",
@@ -166,25 +171,28 @@ def watch(
 
 class _Entry(NamedTuple):
     tag: str
-    tensor: torch.Tensor  # detached (the local shard of a DTensor)
+    tensor: torch.Tensor  # detached
     shape: tuple[int, ...]
     dtype: str
 
 
 class _Pending(NamedTuple):
     step: int
-    entries: list[_Entry]
-    before: list[torch.Tensor]  # copies in the work dtype
+    entries: list[Any]  # _Entry, or torch_shards.Piece when sharded
+    before: list[Any]  # copies in the work dtype (sharded: None for the parts not counted)
     learning_rate: float | None
 
 
 class WatchHandle:
     """What `watch` returns: `remove()` stops logging and frees the run directory. Also a
     context manager (removed on exit). `steps` is the step of the next `optimizer.step()`:
-    `first_step` plus the steps counted so far."""
+    `first_step` plus the steps counted so far. Of a sharded model, the handles of the
+    ranks other than 0 take part in the logged steps' collective and write nothing."""
 
-    def __init__(self, optimizer, model, writer, owns_writer, every, histograms, first_step=0):
+    def __init__(self, optimizer, model, writer, owns_writer, every, histograms, first_step=0,
+                 sharded=False):
         self.steps = first_step
+        self._sharded = sharded
         self._optimizer = optimizer
         self._model = model
         self._writer = writer
@@ -205,7 +213,8 @@ class WatchHandle:
 
     @property
     def active(self) -> bool:
-        """False once removed, and on ranks other than 0 (which log nothing)."""
+        """False once removed, and on ranks other than 0 unless the model is sharded (then
+        they take part in the logged steps)."""
         return bool(self._hooks)
 
     def remove(self) -> None:
@@ -217,6 +226,8 @@ class WatchHandle:
         self._hooks = []
         self._pending = None
         _scaler_unwatch(self._optimizer, self)
+        if self._writer is None:  # a sharded model's rank other than 0
+            return
         try:
             if self._owns_writer:
                 self._writer.close()
@@ -233,8 +244,8 @@ class WatchHandle:
         self.remove()
 
     def _nothing_to_log(self, stacklevel: int = 2) -> None:
-        """Warn, once per handle, that the model has no parameter to log."""
-        if self._warned_nothing:
+        """Warn, once per handle (on rank 0), that the model has no parameter to log."""
+        if self._warned_nothing or self._writer is None:
             return
         self._warned_nothing = True
         warnings.warn(
@@ -267,9 +278,12 @@ class WatchHandle:
         if step != self._next:
             return
         self._next = step + self._every
-        entries = _parameters(self._model)
+        entries = self._entries()
         if not entries:
             self._nothing_to_log()
+            return
+        if self._sharded:
+            self._record_sharded(step, entries, None, _learning_rate(self._optimizer))
             return
         self._write(
             step,
@@ -281,17 +295,30 @@ class WatchHandle:
 
     # --- a logged step -------------------------------------------------------------------
 
+    def _entries(self) -> list[Any]:
+        return torch_shards.pieces(self._model) if self._sharded else _parameters(self._model)
+
     def _begin(self, step: int) -> None:
         self._next = step + self._every
-        entries = _parameters(self._model)
+        entries = self._entries()
         if not entries:
             self._nothing_to_log()
             return
         with torch.no_grad():
-            before = torch_math.copies([e.tensor for e in entries])
+            if self._sharded:  # copies of the parts this rank counts
+                live = _live(entries)
+                before: list[Any] = [None] * len(entries)
+                for i, copy in zip(live, torch_math.copies([entries[i].tensor for i in live])):
+                    before[i] = copy
+            else:
+                before = torch_math.copies([e.tensor for e in entries])
         self._pending = _Pending(step, entries, before, _learning_rate(self._optimizer))
 
     def _record(self, pending: _Pending) -> None:
+        if self._sharded:
+            self._record_sharded(pending.step, pending.entries, pending.before,
+                                 pending.learning_rate)
+            return
         entries, before = pending.entries, pending.before
         update_norms = np.zeros(len(entries))
         weight_norms = np.zeros(len(entries))
@@ -320,11 +347,66 @@ class WatchHandle:
             pending.learning_rate,
         )
 
-    def _write(self, step, entries, ratios, counts, learning_rate) -> None:
+    def _record_sharded(self, step: int, entries: list[Any], before: list[Any] | None,
+                        learning_rate: float | None) -> None:
+        """A logged step of a sharded model, on every rank: the sums of squares of this
+        rank's counted parts, reduced over all ranks (`torch_shards.reduce_norms`); rank 0
+        writes. `before` is None where this rank's GradScaler skipped the update (ΔW = 0)."""
+        n = len(entries)
+        device = entries[0].tensor.device
+        weight_sums = torch.zeros(n, dtype=torch.float64, device=device)
+        update_sums = torch.zeros(n, dtype=torch.float64, device=device)
+        counts = None
+        if self._histograms:
+            counts = torch.zeros((n, metadata.NUM_BUCKETS), dtype=torch.int64, device=device)
+        skipped = before is None
+        with torch.no_grad():
+            news = [torch_math.work(e.tensor) for e in entries]
+            live = _live(entries)
+            for indices in _by_device([entries[i] for i in live]):
+                indices = [live[k] for k in indices]
+                index = torch.tensor(indices, device=device)
+                if skipped:
+                    weight_sums[index] = torch_math.sums_of_squares(
+                        [news[i] for i in indices]).to(device)
+                    if counts is not None:
+                        for i in indices:
+                            counts[i, metadata.ZERO_BUCKET] = news[i].numel()
+                    continue
+                olds = [before[i] for i in indices]
+                weight_sums[index] = torch_math.sums_of_squares(olds).to(device)
+                if counts is not None:
+                    for i in indices:
+                        counts[i] = torch_math.elementwise_counts(before[i], news[i]).to(device)
+                torch._foreach_sub_(olds, [news[i] for i in indices])  # := −Δw
+                update_sums[index] = torch_math.sums_of_squares(olds).to(device)
+
+            def weight_of(i: int) -> torch.Tensor:
+                return news[i] if skipped or before[i] is None else before[i] + news[i]
+
+            def update_of(i: int) -> torch.Tensor:
+                return news[i][:0] if skipped or before[i] is None else before[i]
+
+            reduced = torch_shards.reduce_norms(step, entries, weight_sums, update_sums,
+                                                counts, skipped, weight_of, update_of)
+        if before is not None:
+            before.clear()  # the copies are freed before the writing
+        if self._writer is None:
+            return
+        if reduced.all_skipped:  # as a step every rank's GradScaler skipped, unsharded
+            ratios = np.zeros(n)
+        else:
+            ratios = ratios_from_norms(reduced.update_norms, reduced.weight_norms)
+        hists = None if reduced.counts is None else [Counts(c) for c in reduced.counts]
+        self._write(step, entries, ratios, hists, learning_rate,
+                    skipped=True if reduced.all_skipped else None)
+
+    def _write(self, step, entries, ratios, counts, learning_rate, skipped=None) -> None:
         writer = self._writer
         writer.add_ratios(
             {e.tag: float(r) for e, r in zip(entries, ratios)},
             step,
+            skipped=skipped,
             descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
             shapes={e.tag: e.shape for e in entries},
         )
@@ -345,59 +427,28 @@ class WatchHandle:
 
 
 def _parameters(model: torch.nn.Module) -> list[_Entry]:
+    """The parameters of an unsharded model that require grad, with their tags (DDP's and
+    torch.compile's wrapper segments dropped)."""
     entries = []
+    prefix = torch_shards.wrapper_prefix(model)
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
-        tag, dtype = _tag_and_dtype(name, parameter.dtype)
-        entries.append(_Entry(tag, _local(parameter.detach()), tuple(parameter.shape), dtype))
+        tag, dtype = torch_shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
+        entries.append(_Entry(tag, parameter.detach(), tuple(parameter.shape), dtype))
     return entries
 
 
-@functools.lru_cache(maxsize=65536)
-def _tag_and_dtype(name: str, dtype: torch.dtype) -> tuple[str, str]:
-    tag = name.replace(".", "/")
-    if metadata.is_reserved_tag(tag):
-        raise ValueError(
-            f"parameter {name!r} has the tag {tag!r}, in the namespace "
-            f"{metadata.RESERVED_TAG_PREFIX!r} reserved for the plugin's own series; "
-            "rename the submodule"
-        )
-    return tag, str(dtype).removeprefix("torch.")
+def _live(entries: list[Any]) -> list[int]:
+    """The indices of the sharded parts that this rank counts and that hold elements."""
+    return [i for i, e in enumerate(entries) if e.counted and e.tensor.numel()]
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """The local shard of a DTensor (FSDP2, tensor parallel): no collective; else itself."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
-
-
-
-
-
-
-def _by_device(entries: list[_Entry]) -> list[list[int]]:
+def _by_device(entries: list[Any]) -> list[list[int]]:
     groups: dict[torch.device, list[int]] = {}
     for i, e in enumerate(entries):
         groups.setdefault(e.tensor.device, []).append(i)
     return list(groups.values())
-
-
-# --- norms -----------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-# --- histograms -----------------------------------------------------------------------------
-
-
-
-
-
 
 
 def _zero_counts(size: int) -> Counts:
@@ -489,11 +540,20 @@ def _writer_of(target: Any) -> tuple[SummaryWriter, bool]:
     return SummaryWriter.writing_events_to(add_event, target.flush, target.get_logdir()), False
 
 
-def _rank() -> int:
+def _distributed() -> bool:
     distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized():
-        return distributed.get_rank()
-    return 0
+    return distributed.is_available() and distributed.is_initialized()
+
+
+def _rank() -> int:
+    return torch.distributed.get_rank() if _distributed() else 0
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    """Where a sharded model's collectives run: the device of its first parameter."""
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
 
 
 # --- GradScaler: the steps it skips ---------------------------------------------------------

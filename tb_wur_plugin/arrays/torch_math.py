@@ -76,10 +76,16 @@ def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     )
 
 
+def needs_exact_norm(sum_of_squares: float) -> bool:
+    """Whether a chunked sum of squares may have overflowed or lost precision to underflow:
+    not finite but not NaN, or below _SMALLEST_SAFE_SUM."""
+    return not (_SMALLEST_SAFE_SUM <= sum_of_squares < math.inf or math.isnan(sum_of_squares))
+
+
 def checked_norm(sum_of_squares: float, tensor) -> float:
     """√sum_of_squares, or, where that sum may have overflowed or lost precision to
-    underflow (not finite but not NaN, or below _SMALLEST_SAFE_SUM), the exact norm of
-    tensor() (a callable: computed only then)."""
+    underflow (`needs_exact_norm`), the exact norm of tensor() (a callable: computed only
+    then); NaN for a NaN sum."""
     if sum_of_squares >= _SMALLEST_SAFE_SUM and sum_of_squares < math.inf:
         return math.sqrt(sum_of_squares)
     if math.isnan(sum_of_squares):
