@@ -23,9 +23,9 @@ def captured(monkeypatch):
     calls = []
     record = watch.record
 
-    def spy(watched, before, step, histograms=False, changes=None):
+    def spy(watched, before, step, histograms=False, changes=None, *rest):
         calls.append([c is not None for c in (changes or [None] * len(watched))])
-        return record(watched, before, step, histograms, changes)
+        return record(watched, before, step, histograms, changes, *rest)
 
     monkeypatch.setattr(watch, "record", spy)
     return calls

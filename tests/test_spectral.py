@@ -110,7 +110,8 @@ def test_torch_kernel_on_training_steps(optimizer):
 
 def test_torch_kernel_cold_and_warm_start(monkeypatch):
     """A random square matrix (σ₂/σ₁ ≈ 0.99) from a cold start; then, warm-started from the
-    vector it found, the same matrix again takes the fewest rounds (two)."""
+    vector it found (plus the cold start vector: `spectral.warm_start`), the same matrix
+    again takes at most half the rounds."""
     rng = np.random.default_rng(3)
     matrix = torch.tensor(rng.standard_normal((384, 384)), dtype=torch.float32)
     expected = np.linalg.norm(matrix.double().numpy(), 2)
@@ -123,7 +124,7 @@ def test_torch_kernel_cold_and_warm_start(monkeypatch):
     cold_rounds, rounds[:] = len(rounds), []
     (warm,) = torch_spectral.top_singular_values([matrix], [("m", "weights")], state)
     assert abs(cold / expected - 1) <= TOLERANCE and abs(warm / expected - 1) <= TOLERANCE
-    assert len(rounds) == 2 < cold_rounds
+    assert len(rounds) <= cold_rounds // 2
     # a shape that changed starts cold
     assert state.get(("m", "weights"), (384, 384)) is not None
     assert state.get(("m", "weights"), (384, 383)) is None

@@ -102,9 +102,9 @@ def _lanczos(batch: jax.Array, starts: list) -> tuple[np.ndarray, jax.Array]:
     matrices `batch` [b, m, n], by the iterations and stopping rule of `arrays.spectral`."""
     b, m, n = batch.shape
     limit = spectral.krylov_limit(m, n)
-    cold = spectral.cold_start(n)
+    cold = jnp.asarray(spectral.cold_start(n), batch.dtype)
     start = jnp.stack([
-        jnp.asarray(cold, batch.dtype) if s is None else jnp.asarray(s, batch.dtype)
+        cold if s is None else spectral.warm_start(jnp.asarray(s, batch.dtype), cold)
         for s in starts
     ])
     carry = _initial(batch, start, limit)

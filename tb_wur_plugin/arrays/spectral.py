@@ -4,7 +4,8 @@ a parameter, the stopping rule, and the small bidiagonal problem solved on the h
 The largest singular value σ₁ of each matrix is found by Golub–Kahan–Lanczos
 bidiagonalisation (a Krylov acceleration of power iteration on MᵀM) with full
 reorthogonalisation, started from the top right singular vector the previous logged step
-found for the same parameter (a warm start; a fixed pseudo-random vector the first time).
+found for the same parameter plus the cold start vector (a warm start, see `cold_start`; the
+fixed pseudo-random cold start vector alone the first time).
 After k iterations M V_k = U_k B_k with B_k upper bidiagonal (diagonal α, superdiagonal β);
 the largest singular value of B_k is a lower bound of σ₁ that grows with k. The iterations
 run in rounds of ROUND; after each round the estimate is compared with the previous round's,
@@ -43,7 +44,6 @@ LAYOUTS = (LEADING_FAN_OUT, TRAILING_FAN_OUT)
 
 # The seed of the start vector of a cold start.
 COLD_START_SEED = 20231
-
 
 def matrix_shape(shape: Sequence[int], layout: str) -> tuple[int, int] | None:
     """The shape of the matrix a parameter of `shape` is viewed as, or None for a parameter
@@ -88,6 +88,16 @@ def cold_start(columns: int) -> np.ndarray:
     (float64[columns]), not orthogonal to any given direction but with probability 0."""
     vector = np.random.default_rng(COLD_START_SEED).standard_normal(columns)
     return vector / np.linalg.norm(vector)
+
+
+def warm_start(previous, cold):
+    """The start vector of a warm start, before normalisation: the previous logged step's
+    top right singular vector plus the cold start vector (both unit vectors; numpy, torch,
+    TensorFlow or JAX arrays alike). Where two top singular values are close the top vectors
+    of consecutive logged steps may swap, and the previous vector alone would hold too little
+    of the new top vector (the estimate would stall at the second singular value); with the
+    cold start vector added it holds about as much of it as a cold start does."""
+    return previous + cold
 
 
 def bidiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -100,7 +100,9 @@ def _lanczos(
     limit = spectral.krylov_limit(m, n)
     like = dict(dtype=batch.dtype, device=batch.device)
     cold = torch.as_tensor(spectral.cold_start(n), **like)
-    start = torch.stack([cold if s is None else s.to(**like) for s in starts])
+    start = torch.stack([
+        cold if s is None else spectral.warm_start(s.to(**like), cold) for s in starts
+    ])
     start = start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
     right = torch.zeros(b, limit + 1, n, **like)  # V: the right Krylov basis
     left = torch.zeros(b, limit, m, **like)  # U
@@ -108,7 +110,6 @@ def _lanczos(
     alphas, betas = [], []
     beta = torch.zeros(b, 1, **like)
     u_previous = torch.zeros(b, m, **like)
-    transposed = batch.transpose(1, 2)
     previous = np.zeros(b)
     k = 0
     while True:
@@ -118,7 +119,7 @@ def _lanczos(
             alpha = torch.linalg.vector_norm(u, dim=1, keepdim=True)
             u = u / _safe(alpha)
             left[:, k] = u
-            v = torch.bmm(transposed, u[..., None])[..., 0] - alpha * right[:, k]
+            v = torch.bmm(u[:, None], batch)[:, 0] - alpha * right[:, k]  # (uᵀM)ᵀ = Mᵀu
             v = _orthogonalised(v, right[:, : k + 1])
             beta = torch.linalg.vector_norm(v, dim=1, keepdim=True)
             right[:, k + 1] = v / _safe(beta)

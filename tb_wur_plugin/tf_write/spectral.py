@@ -117,6 +117,8 @@ def spectral_ratios(
     for indices in groups.values():
         batch = tf.stack([matrices[i] for i in indices])
         start = tf.stack([starts[i].read_value() for i in indices])
+        start = spectral.warm_start(
+            start, tf.constant(spectral.cold_start(start.shape[1]), start.dtype)[None])
         sigma, top = _lanczos(batch, start)
         for j, i in enumerate(indices):
             sigmas[i] = sigma[j]
