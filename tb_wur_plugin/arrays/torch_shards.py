@@ -14,8 +14,8 @@ from the reduced sums, so on every rank alike).
 
 Private PyTorch API, read only and only here: FSDP1's `FlatParameter` (its class, from
 `torch.distributed.fsdp._flat_param`, and its `_fqns`, `_shapes`, `_param_infos`,
-`_shard_param_infos` and `_params`), and `FullyShardedDataParallel._flat_param`, `._handle`
-(`.uses_sharded_strategy`, `.process_group`) and `._inter_node_pg` (HSDP's replica group).
+`_shard_param_infos` and `_params`), and `FullyShardedDataParallel._flat_param` and
+`._handle` (`.uses_sharded_strategy`, `.process_group`: the ranks that hold one copy).
 `tests/test_torch_sharded.py` exercises all of them against the installed PyTorch.
 """
 
@@ -138,38 +138,34 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return dtensor is not None and any(isinstance(p, dtensor) for p in model.parameters())
 
 
-def _first_copy_fsdp1(fsdp_module, name: str) -> bool:
-    """Whether this rank's shard of `fsdp_module`'s flat parameter is the one of its
-    copies that counts: HSDP replicates the shards over `_inter_node_pg` (its rank 0
-    counts), NO_SHARD over the whole group (its rank 0 counts)."""
+def _holds_rank_0(ranks) -> bool:
+    """Whether the group of `ranks` is, of the groups of ranks that each hold one copy of a
+    parameter, the one that counts: the one with rank 0."""
+    return 0 in ranks
+
+
+def _first_copy_fsdp1(fsdp_module) -> bool:
+    """Whether this rank's shard of `fsdp_module`'s flat parameter counts: its shard group
+    (the ranks that together hold one copy; HSDP replicates it over several) holds rank 0;
+    under NO_SHARD (every rank a full copy) only rank 0's counts."""
     handle = fsdp_module._handle
-    group = handle.process_group
-    world = dist.get_world_size()
-    inter = getattr(fsdp_module, "_inter_node_pg", None) if handle.uses_sharded_strategy else None
-    copies_group_size = dist.get_world_size(group) * (dist.get_world_size(inter) if inter else 1)
-    if copies_group_size != world:
-        raise ValueError(
-            f"parameter {name!r}: its FSDP module spans {copies_group_size} of the "
-            f"{world} ranks; watch reduces over all ranks and supports FSDP groups that "
-            "span every rank"
-        )
     if not handle.uses_sharded_strategy:
-        return dist.get_rank(group) == 0
-    return inter is None or dist.get_rank(inter) == 0
+        return dist.get_rank() == 0
+    return _holds_rank_0(dist.get_process_group_ranks(handle.process_group))
 
 
 def _counted_dtensor(parameter, name: str) -> bool:
     """Whether this rank's local shard of the DTensor `parameter` counts: its coordinate is
-    0 on every mesh dimension the parameter is replicated over."""
+    0 on every mesh dimension the parameter is replicated over, and its mesh, where it
+    spans only part of the ranks (FSDP × TP: a parameter only FSDP shards lives on the
+    data-parallel sub-mesh, a copy on each), is the one that holds rank 0.
+
+    Raises:
+      ValueError: a `Partial` placement.
+    """
     mesh = parameter.device_mesh
-    world = dist.get_world_size()
-    if mesh.size() != world:
-        raise ValueError(
-            f"parameter {name!r}: its device mesh spans {mesh.size()} of the {world} "
-            "ranks; watch reduces over all ranks and supports meshes that span every rank"
-        )
     coordinate = mesh.get_coordinate()
-    counted = True
+    counted = _holds_rank_0(mesh.mesh.reshape(-1).tolist())
     for dim, placement in enumerate(parameter.placements):
         if placement.is_partial():
             raise ValueError(
@@ -206,8 +202,7 @@ def pieces(model: torch.nn.Module) -> list[Piece]:
     parameters (in model order).
 
     Raises:
-      ValueError: a tag in the reserved namespace; a DTensor with a `Partial` placement; a
-        mesh or FSDP group that does not span every rank.
+      ValueError: a tag in the reserved namespace; a DTensor with a `Partial` placement.
     """
     prefix = wrapper_prefix(model)
     flats, originals = _fsdp1_metadata(model)
@@ -225,7 +220,7 @@ def pieces(model: torch.nn.Module) -> list[Piece]:
         if id(parameter) in originals:  # FSDP1 use_orig_params=True: a 1-D view or empty
             flat, index, module = originals[id(parameter)]
             piece = Piece(tag, parameter.detach(), tuple(flat._shapes[index]), dtype,
-                          _first_copy_fsdp1(module, name))
+                          _first_copy_fsdp1(module))
         elif dtensor is not None and isinstance(parameter, dtensor):
             piece = Piece(tag, parameter.detach().to_local(), tuple(parameter.shape), dtype,
                           _counted_dtensor(parameter, name))
@@ -247,7 +242,7 @@ def _flat_pieces(name: str, flat, module) -> list[tuple[str, Piece]]:
     each with this rank's part of it: a view of the local shard, from FSDP's own shard
     metadata (`_shard_param_infos`), empty where the parameter is not in this shard."""
     base = name.removesuffix("_flat_param").rstrip(".")
-    counted = _first_copy_fsdp1(module, name)
+    counted = _first_copy_fsdp1(module)
     local = flat.detach()
     out = []
     for fqn, shape, info, param_info in zip(
