@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
                    help="logged steps per layer the suggestion is taken over")
     p.add_argument("--samples", type=_samples, default=DEFAULT_SAMPLES_PER_TAG, metavar="N",
                    help="steps kept per tag when loading (0: all; default as the tab's)")
+    p.add_argument("--metric", choices=("frobenius", "spectral"), default="frobenius",
+                   help="the ratios judged: frobenius (||dw||/||w||, default) or spectral "
+                   "(operator norms ||dW||_2/||W||_2 of the parameters of two or more dimensions)")
     p.add_argument("--load_fast", type=_boolean, default=None, metavar="BOOL",
                    help="TensorBoard's fast loader (default: when installed) or the Python one")
     return top
@@ -102,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = report.Settings(args.low, args.high, args.patience, args.target, args.last)
     try:
-        with report.open_logdir(args.logdir, args.samples, args.load_fast) as logdir:
+        with report.open_logdir(
+            args.logdir, args.samples, args.load_fast, args.metric
+        ) as logdir:
             answer = report.report(
                 logdir, args.run, settings, tuple(args.compare) if args.compare else None
             )

@@ -112,6 +112,7 @@ class WURPlugin(base_plugin.TBPlugin):
             start=int_arg(request, "start", None, -MAX_STEP, MAX_STEP),
             end=int_arg(request, "end", None, -MAX_STEP, MAX_STEP),
             reduction=choice_arg(request, "reduction", "mean_log10", heatmap.REDUCTIONS),
+            metric=_metric_arg(request),
         )
         return http_util.Respond(
             request, body, "application/octet-stream", content_encoding="gzip"
@@ -127,13 +128,17 @@ class WURPlugin(base_plugin.TBPlugin):
         except ValueError as e:
             raise errors.InvalidArgumentError(str(e)) from None
         patience = int_arg(request, "patience", flags.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
-        body = self.flags_impl(ctx, experiment, str_arg(request, "run"), low, high, patience)
+        body = self.flags_impl(
+            ctx, experiment, str_arg(request, "run"), low, high, patience, _metric_arg(request)
+        )
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
     def _serve_series(self, request):
         ctx, experiment = request_context(request)
-        body = self.series_impl(ctx, experiment, str_arg(request, "run"), str_arg(request, "tag"))
+        body = self.series_impl(
+            ctx, experiment, str_arg(request, "run"), str_arg(request, "tag"), _metric_arg(request)
+        )
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
@@ -161,6 +166,7 @@ class WURPlugin(base_plugin.TBPlugin):
             columns=int_arg(request, "columns", DEFAULT_COLUMNS, 1, MAX_COLUMNS),
             start=int_arg(request, "start", None, -MAX_STEP, MAX_STEP),
             end=int_arg(request, "end", None, -MAX_STEP, MAX_STEP),
+            metric=_metric_arg(request),
         )
         return http_util.Respond(
             request, body, "application/octet-stream", content_encoding="gzip"
@@ -171,7 +177,9 @@ class WURPlugin(base_plugin.TBPlugin):
         ctx, experiment = request_context(request)
         target = ratio_arg(request, "target", suggest.DEFAULT_TARGET)
         last = int_arg(request, "last", suggest.DEFAULT_LAST, 1, MAX_PATIENCE)
-        body = self.suggestions_impl(ctx, experiment, str_arg(request, "run"), target, last)
+        body = self.suggestions_impl(
+            ctx, experiment, str_arg(request, "run"), target, last, _metric_arg(request)
+        )
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
@@ -179,7 +187,8 @@ class WURPlugin(base_plugin.TBPlugin):
         ctx, experiment = request_context(request)
         run = str_arg(request, "run")
         export_format = choice_arg(request, "format", None, export.FORMATS)
-        chunks = self.export_impl(ctx, experiment, run, export_format)
+        metric = _metric_arg(request)
+        chunks = self.export_impl(ctx, experiment, run, export_format, metric)
         mimetype = "text/csv" if export_format == "csv" else "application/json"
         return wrappers.Response(
             (chunk.encode("utf-8") for chunk in chunks),
@@ -204,6 +213,7 @@ class WURPlugin(base_plugin.TBPlugin):
         """
         scalars, tensors, listings = self._data.listings(ctx, experiment)
         runs = []
+        metrics = set()
         for run, listing in listings.items():
             series = scalars.get(run, {})
             histogram_layers = {
@@ -234,9 +244,15 @@ class WURPlugin(base_plugin.TBPlugin):
                     "has_line_search": _has_line_search(run_data.line_search_series(series)),
                     "skipped_steps": len(index.skipped_at),
                     "skipped_at": index.skipped_at.tolist(),
+                    "metrics": list(listing.metrics),
                 }
             )
-        return {"runs": runs, "reserved_tags": RESERVED_TAGS}
+            metrics.update(listing.metrics)
+        return {
+            "runs": runs,
+            "reserved_tags": RESERVED_TAGS,
+            "metrics": [m for m in metadata.METRICS if m in metrics],
+        }
 
     def heatmap_impl(
         self,
@@ -247,11 +263,13 @@ class WURPlugin(base_plugin.TBPlugin):
         start: int | None,
         end: int | None,
         reduction: str,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> bytes:
-        """The layers × columns heatmap of `runs` over [start, end], packed by heatmap_wire."""
+        """The layers × columns heatmap of `runs`' `metric` ratios over [start, end], packed
+        by heatmap_wire."""
         if len(set(runs)) != len(runs):
             raise errors.InvalidArgumentError("each run may be given only once")
-        matrices = self._matrices(ctx, experiment, runs)
+        matrices = self._matrices(ctx, experiment, runs, metric)
         steps = np.unique(np.concatenate([m.steps for m in matrices]))
         if not len(steps):
             raise errors.NotFoundError("no wur ratios in the requested runs")
@@ -259,16 +277,16 @@ class WURPlugin(base_plugin.TBPlugin):
         end = int(steps[-1]) if end is None else end
         if start > end:
             raise errors.InvalidArgumentError(f"start ({start}) must not be after end ({end})")
-        query = (tuple(runs), start, end, columns, reduction)
+        query = (tuple(runs), start, end, columns, reduction, metric)
         payload = self._heatmaps.get(query, matrices)
         if payload is None:
-            payload = self._heatmap_payload(runs, matrices, start, end, columns, reduction)
+            payload = self._heatmap_payload(runs, matrices, start, end, columns, reduction, metric)
             self._heatmaps.put(query, matrices, payload)
         return payload
 
     def _heatmap_payload(
         self, runs: list[str], matrices: list[heatmap.RunMatrix], start: int, end: int,
-        columns: int, reduction: str,
+        columns: int, reduction: str, metric: str,
     ) -> bytes:
         steps = np.unique(np.concatenate([m.steps for m in matrices]))
         cols = heatmap.make_columns(steps, start, end, columns)
@@ -301,6 +319,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "start": start,
             "end": end,
             "reduction": reduction,
+            "metric": metric,
             "columns": len(cols.start),
             "codes": heatmap_wire.CODES,
             "runs": described,
@@ -310,7 +329,7 @@ class WURPlugin(base_plugin.TBPlugin):
     def flags_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str,
         low: float | None = None, high: float | None = None,
-        patience: int = flags.DEFAULT_PATIENCE,
+        patience: int = flags.DEFAULT_PATIENCE, metric: str = metadata.METRIC_FROBENIUS,
     ) -> dict:
         """The layers of `run` the judgement (flags.py) flags for `patience`: the default
         judgement, and with an explicit band (`low` and/or `high`; the missing edge the
@@ -318,10 +337,13 @@ class WURPlugin(base_plugin.TBPlugin):
         were flagged since. `low`/`high` in the answer: the band judged against, both None
         for the default judgement."""
         band = flags.band_of(low, high)
-        (matrix,) = self._matrices(ctx, experiment, [run])
-        kinds = run_data.layer_kinds(self._data.listing(ctx, experiment, run), matrix.tags)
+        (matrix,) = self._matrices(ctx, experiment, [run], metric)
+        kinds = run_data.layer_kinds(
+            self._data.listing(ctx, experiment, run, metric), matrix.tags
+        )
         return {
             "run": run,
+            "metric": metric,
             "low": band[0] if band else None,
             "high": band[1] if band else None,
             "patience": patience,
@@ -331,13 +353,14 @@ class WURPlugin(base_plugin.TBPlugin):
         }
 
     def series_impl(
-        self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, tag: str,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> dict:
-        """Every kept point of one wur scalar series (a layer's ratios, whatever their
-        layout, the learning rate or the skipped-step marker), by step; points of one step
-        in the order written."""
-        scalars, _, listings = self._data.listings(ctx, experiment, [run])
-        listing = listings.get(run) or run_data.RunListing({}, None)
+        """Every kept point of one wur scalar series (a layer's `metric` ratios, whatever
+        their layout, the learning rate or the skipped-step marker), by step; points of one
+        step in the order written."""
+        scalars, _, listings = self._data.listings(ctx, experiment, [run], metric)
+        listing = listings.get(run) or run_data.RunListing({}, None, metric=metric)
         series = scalars.get(run, {}).get(tag)
         if tag in listing.layers:
             kind, description = metadata.KIND_RATIO, listing.description(tag)
@@ -358,6 +381,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "run": run,
             "tag": tag,
             "kind": kind,
+            "metric": metric,
             "description": description,
             "steps": steps[order].tolist(),
             "wall_times": wall_times[order].tolist(),
@@ -421,10 +445,12 @@ class WURPlugin(base_plugin.TBPlugin):
         columns: int,
         start: int | None,
         end: int | None,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> bytes:
-        """ratio_A / ratio_B over the common layers and steps of two runs (compare.py), as
-        a heatmap_wire payload with the layers' divergence ranking in its header."""
-        a, b = self._matrices(ctx, experiment, [run_a, run_b])
+        """ratio_A / ratio_B of the `metric` ratios over the common layers and steps of two
+        runs (compare.py), as a heatmap_wire payload with the layers' divergence ranking in
+        its header."""
+        a, b = self._matrices(ctx, experiment, [run_a, run_b], metric)
         q = compare.quotient(a, b)
         if not q.tags or not len(q.steps):
             raise errors.NotFoundError(
@@ -448,6 +474,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "run_b": run_b,
             "start": start,
             "end": end,
+            "metric": metric,
             "columns": len(cols.start),
             "codes": heatmap_wire.CODES,
             "tags": list(q.tags),
@@ -457,16 +484,17 @@ class WURPlugin(base_plugin.TBPlugin):
 
     def suggestions_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, target: float,
-        last: int,
+        last: int, metric: str = metadata.METRIC_FROBENIUS,
     ) -> dict:
-        """Per layer of `run` in model order, the learning rate that would bring its ratio
-        to `target` (suggest.py), over its last `last` logged steps."""
-        (matrix,) = self._matrices(ctx, experiment, [run])
+        """Per layer of `run` in model order, the learning rate that would bring its
+        `metric` ratio to `target` (suggest.py), over its last `last` logged steps."""
+        (matrix,) = self._matrices(ctx, experiment, [run], metric)
         learning_rate = self._data.learning_rate(ctx, experiment, run)
         return {
             "run": run,
             "target": target,
             "last": last,
+            "metric": metric,
             "formula": suggest.FORMULA,
             "assumes": suggest.ASSUMES,
             "has_learning_rate": learning_rate is not None,
@@ -474,11 +502,15 @@ class WURPlugin(base_plugin.TBPlugin):
         }
 
     def export_impl(
-        self, ctx: tb_context.RequestContext, experiment: str, run: str, export_format: str
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, export_format: str,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> Iterator[str]:
-        """Every kept step of every ratio tag of `run` in model order (by the position
-        `watch` gave them, then by tag), as CSV or JSON text chunks (see export.stream)."""
-        listing = run_data.with_ratios(self._data.listing(ctx, experiment, run), run)
+        """Every kept step of every ratio tag of `run`'s `metric` ratios in model order (by
+        the position `watch` gave them, then by tag), as CSV or JSON text chunks (see
+        export.stream)."""
+        listing = run_data.with_ratios(
+            self._data.listing(ctx, experiment, run, metric), run, metric
+        )
         layers = listing.layers
         tags = sorted(layers, key=lambda t: (layers[t][0], t))
         memo: dict = {}  # the export's packed series, read once each
@@ -490,16 +522,17 @@ class WURPlugin(base_plugin.TBPlugin):
         )
 
     def _matrices(
-        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str]
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str],
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> list[heatmap.RunMatrix]:
-        """The matrices of `runs`, in that order.
+        """The matrices of `runs`' `metric` ratios, in that order.
 
         Raises:
-            errors.NotFoundError: a run lists no ratio series.
+            errors.NotFoundError: a run lists no ratio series of `metric`.
         """
-        _, _, listings = self._data.listings(ctx, experiment, runs)
-        empty = run_data.RunListing({}, None)
-        checked = [run_data.with_ratios(listings.get(run, empty), run) for run in runs]
+        _, _, listings = self._data.listings(ctx, experiment, runs, metric)
+        empty = run_data.RunListing({}, None, metric=metric)
+        checked = [run_data.with_ratios(listings.get(run, empty), run, metric) for run in runs]
         return [
             self._data.matrix(ctx, experiment, run, listing)
             for run, listing in zip(runs, checked)
@@ -537,6 +570,12 @@ class _PayloadCache:
 
 # The line-search series /line_search answers, in the order of its arrays.
 _LINE_SEARCH_ROUTE_SERIES = (metadata.LINE_SEARCH_STEP_SIZE, metadata.LINE_SEARCH_BACKTRACKS)
+
+
+def _metric_arg(request: wrappers.Request) -> str:
+    """The query parameter `metric`: one of metadata.METRICS, default frobenius (400 for
+    anything else)."""
+    return choice_arg(request, "metric", metadata.METRIC_FROBENIUS, metadata.METRICS)
 
 
 def _has_line_search(names: dict[str, str]) -> bool:

@@ -49,15 +49,17 @@ class Settings:
 
 
 class Logdir:
-    """A logdir's wur data, read through a TensorBoard data provider."""
+    """A logdir's wur data, read through a TensorBoard data provider: the ratios of `metric`
+    (one of metadata.METRICS)."""
 
-    def __init__(self, provider, samples: int):
+    def __init__(self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS):
         self._ctx = tb_context.RequestContext()
+        self.metric = metric
         self.data = run_data.RunData(
             provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
             index_bytes=0,
         )
-        _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT)
+        _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT, metric=metric)
 
     def runs(self) -> list[str]:
         """The runs holding ratio series (per-tag or packed), sorted by name."""
@@ -80,10 +82,18 @@ class Logdir:
 
 @contextlib.contextmanager
 def open_logdir(
-    logdir: str, samples: int = DEFAULT_SAMPLES_PER_TAG, load_fast: bool | None = None
+    logdir: str, samples: int = DEFAULT_SAMPLES_PER_TAG, load_fast: bool | None = None,
+    metric: str = metadata.METRIC_FROBENIUS,
 ) -> Iterator[Logdir]:
-    """The logdir loaded once (module docstring). `load_fast` None: the fast loader when its
-    binary is installed."""
+    """The logdir loaded once (module docstring), its ratios of `metric` (metadata.METRICS).
+    `load_fast` None: the fast loader when its binary is installed.
+
+    Raises:
+        ReportError: the directory is missing, the fast loader is asked for and not
+            installed, or `metric` is not one of metadata.METRICS.
+    """
+    if metric not in metadata.METRICS:
+        raise ReportError(f"metric must be one of {', '.join(metadata.METRICS)}, got {metric!r}")
     if "://" not in logdir and not os.path.isdir(logdir):
         raise ReportError(f"no such directory: {logdir}")
     if load_fast is not False:
@@ -97,9 +107,9 @@ def open_logdir(
             binary = None
         if binary is not None:
             with _data_server(binary.path, logdir, samples) as provider:
-                yield Logdir(provider, samples)
+                yield Logdir(provider, samples, metric)
             return
-    yield Logdir(_python_provider(logdir, samples), samples)
+    yield Logdir(_python_provider(logdir, samples), samples, metric)
 
 
 def _python_provider(logdir: str, samples: int):
@@ -214,7 +224,10 @@ def report(
         raise ReportError(str(e)) from None
     runs = logdir.runs()
     if not runs:
-        raise ReportError("the logdir holds no wur ratios")
+        raise ReportError(
+            "the logdir holds no wur ratios" if logdir.metric == metadata.METRIC_FROBENIUS
+            else f"the logdir holds no {logdir.metric} wur ratios"
+        )
     if run_pattern is not None:
         pattern = re.compile(run_pattern)
         runs = [r for r in runs if pattern.search(r)]

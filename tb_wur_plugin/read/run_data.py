@@ -118,14 +118,17 @@ def marker_of(series_by_tag: dict[str, Series]) -> Series | None:
     return series if series is not None and kind(series) == metadata.KIND_SKIPPED_STEP else None
 
 
-def with_ratios(listing: "RunListing", run: str) -> "RunListing":
-    """`listing`, the listing of `run`.
+def with_ratios(
+    listing: "RunListing", run: str, metric: str = metadata.METRIC_FROBENIUS
+) -> "RunListing":
+    """`listing`, the listing of `run`'s `metric` ratios.
 
     Raises:
-        errors.NotFoundError: the run lists no ratio series (per-tag or packed).
+        errors.NotFoundError: the run lists no ratio series (per-tag or packed) of `metric`.
     """
     if not listing.has_ratios():
-        raise errors.NotFoundError(f"no wur ratios in run {shown(run)}")
+        what = "wur ratios" if metric == metadata.METRIC_FROBENIUS else f"{metric} wur ratios"
+        raise errors.NotFoundError(f"no {what} in run {shown(run)}")
     return listing
 
 
@@ -196,17 +199,40 @@ class RunListing:
     marker: Series | None
     packed: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
     packed_histograms: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
+    metric: str = metadata.METRIC_FROBENIUS
+    metrics: tuple[str, ...] = ()
 
     @classmethod
     def of(
-        cls, scalars: dict[str, Series], tensors: dict[str, Series] | None = None
+        cls, scalars: dict[str, Series], tensors: dict[str, Series] | None = None,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> "RunListing":
-        """The listing of a run's wur scalar and tensor series, each by tag."""
+        """The listing of a run's wur scalar and tensor series, each by tag, holding the
+        ratios of `metric` (one of metadata.METRICS): Frobenius ratios are the per-tag
+        ratio series and the packed ratios, spectral ratios the packed spectral series.
+        `metrics` names the metrics the run has ratios of, in metadata.METRICS order.
+
+        Raises:
+            ValueError: `metric` is not one of metadata.METRICS.
+        """
+        kind_wanted = metadata.packed_ratio_kind(metric)
+        tensors = tensors or {}
+        per_tag = of_kind(scalars, metadata.KIND_RATIO)
+        frobenius = _packed_sources(tensors, metadata.KIND_PACKED_RATIOS)
+        spectral = _packed_sources(tensors, metadata.KIND_PACKED_SPECTRAL)
+        metrics = tuple(
+            m for m, present in (
+                (metadata.METRIC_FROBENIUS, bool(per_tag) or bool(frobenius)),
+                (metadata.METRIC_SPECTRAL, bool(spectral)),
+            ) if present
+        )
         return cls(
-            of_kind(scalars, metadata.KIND_RATIO),
+            per_tag if metric == metadata.METRIC_FROBENIUS else {},
             marker_of(scalars),
-            _packed_sources(tensors or {}, metadata.KIND_PACKED_RATIOS),
-            _packed_sources(tensors or {}, metadata.KIND_PACKED_HISTOGRAMS),
+            frobenius if kind_wanted == metadata.KIND_PACKED_RATIOS else spectral,
+            _packed_sources(tensors, metadata.KIND_PACKED_HISTOGRAMS),
+            metric,
+            metrics,
         )
 
     @functools.cached_property
@@ -377,21 +403,27 @@ class RunData:
         )
 
     def listings(
-        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None,
+        metric: str = metadata.METRIC_FROBENIUS,
     ) -> tuple[dict[str, dict[str, Series]], dict[str, dict[str, Series]], dict[str, RunListing]]:
-        """(the scalar series, the tensor series, the `RunListing`) of `runs` (None: all
-        runs with wur data), each by run."""
+        """(the scalar series, the tensor series, the `RunListing` of `metric`'s ratios) of
+        `runs` (None: all runs with wur data), each by run."""
         scalars = self.list_scalars(ctx, experiment, runs)
         tensors = self.list_tensors(ctx, experiment, runs)
         listings = {
-            run: RunListing.of(scalars.get(run, {}), tensors.get(run, {}))
+            run: RunListing.of(scalars.get(run, {}), tensors.get(run, {}), metric)
             for run in sorted(set(scalars) | set(tensors))
         }
         return scalars, tensors, listings
 
-    def listing(self, ctx: tb_context.RequestContext, experiment: str, run: str) -> RunListing:
-        """The `RunListing` of `run` (empty when it has no wur data)."""
-        return self.listings(ctx, experiment, [run])[2].get(run) or RunListing({}, None)
+    def listing(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str,
+        metric: str = metadata.METRIC_FROBENIUS,
+    ) -> RunListing:
+        """The `RunListing` of `run`'s `metric` ratios (empty when it has no wur data)."""
+        return self.listings(ctx, experiment, [run], metric)[2].get(run) or RunListing(
+            {}, None, metric=metric
+        )
 
     def read_tensor_columns(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
@@ -638,7 +670,7 @@ class RunData:
         Returns:
             The index; without tags when the run lists no ratio or they hold no point.
         """
-        key, signature = (experiment, run), listing.signature
+        key, signature = (experiment, run, listing.metric), listing.signature
         index = self._indexes.get(key, signature)
         if index is None:
             index = StepIndex.from_matrix(self._matrix(ctx, experiment, run, listing))
@@ -649,7 +681,7 @@ class RunData:
         self, ctx: tb_context.RequestContext, experiment: str, run: str, listing: RunListing
     ) -> heatmap.RunMatrix:
         """`matrix`, the caller holding the run's lock."""
-        key, signature = (experiment, run), listing.signature
+        key, signature = (experiment, run, listing.metric), listing.signature
         matrix = self._matrices.get(key, signature)
         if matrix is None:
             matrix = self._packed_matrix(ctx, experiment, run, listing)
