@@ -70,7 +70,7 @@ def update_ratios(params: Any, updates: Any) -> dict[str, float]:
 
 
 def log_update_ratios(
-    writer: SummaryWriter,
+    writer: SummaryWriter | None,
     params: Any,
     updates: Any,
     step: int,
@@ -87,8 +87,15 @@ def log_update_ratios(
     histograms of the elementwise ratios |u_i| / |p_i| (bucketed on the device; counts only
     come to the host).
 
+    Several processes (multi-controller JAX, `jax.distributed.initialize`): every process
+    calls this on the same steps with the same arguments, process 0 with its writer and
+    the others with `writer=None`. Every process takes part in the computation (the norms
+    of globally sharded arrays are collectives over all processes' devices); only process
+    0 writes, so the run has one event file.
+
     Args:
-      writer: a `tb_wur_plugin.writer.SummaryWriter`.
+      writer: a `tb_wur_plugin.writer.SummaryWriter` on process 0; None on the other
+        processes of a multi-process run.
       params, updates: as for `update_ratios`; `params` before the update.
       step: the step (the number of updates before this one).
       every: log only when `step % every == 0`.
@@ -108,15 +115,17 @@ def log_update_ratios(
       ValueError: on a step to log, `params` has no floating-point leaf (as
         `SummaryWriter.add_ratios` refuses an empty mapping), or `params` and `updates` do
         not have the same structure and shapes; `every` is not a positive int.
-      TypeError: `writer` is not a `SummaryWriter`, or `spectral` not a bool.
+      TypeError: `writer` is not a `SummaryWriter` (or None off process 0), or
+        `spectral` not a bool.
+      ValueError: process 0 passed `writer=None` (nothing would be written), or another
+        process passed a writer (a second event file for the run).
     """
     step = operator.index(step)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"every must be a positive int, got {every!r}")
     if step % every:
         return False
-    if not isinstance(writer, SummaryWriter):
-        raise TypeError(f"writer must be a tb_wur_plugin.writer.SummaryWriter, got {writer!r}")
+    _check_writer(writer)
     tags, (p_leaves, u_leaves), about = _flattened(params, updates)
     if not tags:  # a caller's mistake (say, an empty trainable subtree): no empty run
         raise ValueError(
@@ -128,6 +137,12 @@ def log_update_ratios(
         raise TypeError(f"spectral must be a bool, got {spectral!r}")
     ratios = jax_math.ratios(p_leaves, u_leaves)
     skipped = bool(np.all(ratios == 0))
+    if writer is None:  # another process: its part of the computation is done
+        if spectral and _matrices(about):
+            _spectral_values(tags, p_leaves, u_leaves, about, _OTHER_PROCESS)
+        if histograms:
+            jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves))
+        return False
     writer.add_ratios(
         dict(zip(tags, map(float, ratios))),
         step,
@@ -135,16 +150,9 @@ def log_update_ratios(
         descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
         shapes={tag: info[0] for tag, info in zip(tags, about)},
     )
-    matrices = [  # real matrices: a complex leaf has no spectral ratio here
-        i for i, (shape, dtype) in enumerate(about)
-        if len(shape) >= 2 and not np.issubdtype(np.dtype(dtype), np.complexfloating)
-    ]
+    matrices = _matrices(about)
     if spectral and matrices:
-        state = _SPECTRAL_STATES.setdefault(writer, SpectralState())
-        values = jax_spectral.spectral_ratios(
-            [tags[i] for i in matrices], [p_leaves[i] for i in matrices],
-            [u_leaves[i] for i in matrices], state, TRAILING_FAN_OUT,
-        )
+        values = _spectral_values(tags, p_leaves, u_leaves, about, writer)
         writer.add_ratios(
             {tags[i]: float(r) for i, r in zip(matrices, values)},
             step,
@@ -167,6 +175,51 @@ def log_update_ratios(
     return True
 
 
+class _OtherProcess:
+    """The key of the warm-start vectors of a process that does not write (weakly held
+    like a writer, so it lives as long as the module)."""
+
+
+_OTHER_PROCESS = _OtherProcess()
+
+
+def _check_writer(writer: SummaryWriter | None) -> None:
+    index = jax.process_index()
+    if writer is None:
+        if index == 0:
+            raise ValueError(
+                "log_update_ratios: writer=None on process 0; process 0 writes the run, so "
+                "pass it a SummaryWriter (writer=None is for the other processes of a "
+                "multi-process run)"
+            )
+        return
+    if not isinstance(writer, SummaryWriter):
+        raise TypeError(f"writer must be a tb_wur_plugin.writer.SummaryWriter, got {writer!r}")
+    if index != 0:
+        raise ValueError(
+            f"log_update_ratios: process {index} passed a writer; only process 0 writes "
+            "(one event file per run), the other processes pass writer=None"
+        )
+
+
+def _matrices(about: list) -> list[int]:
+    """Indices of the real leaves of two or more dimensions (a complex leaf has no
+    spectral ratio here)."""
+    return [
+        i for i, (shape, dtype) in enumerate(about)
+        if len(shape) >= 2 and not np.issubdtype(np.dtype(dtype), np.complexfloating)
+    ]
+
+
+def _spectral_values(tags, p_leaves, u_leaves, about, key) -> np.ndarray:
+    matrices = _matrices(about)
+    state = _SPECTRAL_STATES.setdefault(key, SpectralState())
+    return jax_spectral.spectral_ratios(
+        [tags[i] for i in matrices], [p_leaves[i] for i in matrices],
+        [u_leaves[i] for i in matrices], state, TRAILING_FAN_OUT,
+    )
+
+
 def pytree_tags(tree: Any) -> list[str]:
     """The tag of each leaf of `tree`: its path joined by '/', dict keys as `str(key)`,
     sequence indices as decimal numbers, namedtuple and dataclass fields by name; a path
@@ -179,7 +232,7 @@ def pytree_tags(tree: Any) -> list[str]:
 # --- internals --------------------------------------------------------------------------------
 
 # The warm-start vectors of `log_update_ratios(..., spectral=True)`, per writer (held weakly).
-_SPECTRAL_STATES: "weakref.WeakKeyDictionary[SummaryWriter, SpectralState]" = (
+_SPECTRAL_STATES: "weakref.WeakKeyDictionary[SummaryWriter | _OtherProcess, SpectralState]" = (
     weakref.WeakKeyDictionary()
 )
 

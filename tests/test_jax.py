@@ -194,3 +194,9 @@ def test_bad_arguments(tmp_path):
             with pytest.raises(ValueError, match="no floating-point leaf"):
                 log_update_ratios(writer, params, params, 0)
             assert log_update_ratios(writer, params, params, 1, every=2) is False
+
+
+def test_writer_none_on_process_zero_is_refused():
+    # writer=None is for the other processes of a multi-process run (tests/test_jax_multiprocess.py)
+    with pytest.raises(ValueError, match="process 0"):
+        log_update_ratios(None, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)
