@@ -7,8 +7,8 @@ import sys
 BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
 
 
-def _run(script):
-    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--smoke"],
+def _run(script, *args):
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--smoke", *args],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
@@ -63,3 +63,9 @@ def test_large_run_benchmark_smoke():
     out = _run("large_run.py")
     for key in ('"after_serving_s"', '"heatmap_new_range_s"', '"flags_s"', '"export_s"'):
         assert key in out
+
+
+def test_spectral_benchmark_smoke():
+    out = _run("spectral.py", "--frameworks", "jax")
+    for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
+        assert line in out
