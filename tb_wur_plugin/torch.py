@@ -67,12 +67,18 @@ def watch(
     Fused optimizers (`fused=True`), which GradScaler always steps, skip the update
     themselves: their ratios are 0, and marked skipped, as any step that changes nothing.
 
-    Distributed: under `torch.distributed` only rank 0 logs (other ranks get a handle that
-    does nothing and open no file), and no collective is called. With
-    DistributedDataParallel every rank holds the same weights: pass `ddp_model.module` for
-    tags without the "module/" prefix. FSDP: each rank holds shards; rank 0 logs the ratios
-    of its own shards (of DTensor parameters: their local shards), which are not the full
-    parameters' ratios.
+    Distributed: call `watch` on every rank with the same arguments; only rank 0 opens a
+    file and writes, and the ratios (and histograms) are those of the full parameters.
+    DistributedDataParallel: every rank holds the same weights, so rank 0 takes them from
+    its own copy and no collective is called. Sharded models (FSDP2 `fully_shard`, FSDP1
+    with either `use_orig_params`, DTensor tensor parallel, their combinations such as
+    FSDP x TP and HSDP): `watch` agrees on the first step over all ranks (one collective),
+    and each logged step every rank takes its counted shards' sums of squares (and
+    histogram counts), reduced in one `all_reduce` over all ranks; other steps call no
+    collective. Every rank must therefore step the same optimizer steps; a rank whose
+    GradScaler skips a logged step while another does not still joins that step's
+    `all_reduce` (its ΔW is 0), so the ranks never wait on each other. Tags drop FSDP1's
+    `_fsdp_wrapped_module.`, DDP's leading `module.` and `torch.compile`'s `_orig_mod.`.
 
     Resuming: with `first_step=None` a run resumed from a checkpoint in a new process
     (`model.load_state_dict`, `optimizer.load_state_dict`, then `watch`) continues its
