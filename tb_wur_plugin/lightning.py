@@ -1,0 +1,116 @@
+"""Weight-update ratios of a Lightning run, from a `lightning.pytorch.Callback`.
+
+    from tb_wur_plugin.lightning import WeightUpdateRatioCallback
+
+    Trainer(callbacks=[WeightUpdateRatioCallback()]).fit(module)
+
+At train start the callback calls `tb_wur_plugin.torch.watch` on each of the trainer's
+optimizers (the parameters that optimizer updates) and removes the handles at train end
+or when the fit raises; tags and values are watch's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import torch
+
+try:
+    from lightning.pytorch import Callback
+    from lightning.pytorch.loggers import TensorBoardLogger
+except ImportError:  # the standalone pytorch_lightning distribution
+    from pytorch_lightning import Callback
+    from pytorch_lightning.loggers import TensorBoardLogger
+
+from tb_wur_plugin.torch import WatchHandle, watch
+
+__all__ = ["WeightUpdateRatioCallback"]
+
+
+class _Updated(torch.nn.Module):
+    """The parameters of `module` that `optimizer` updates, under their names in `module`."""
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__()
+        ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self._named = [(n, p) for n, p in module.named_parameters() if id(p) in ids]
+
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+        return iter(self._named)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Any]:
+        return iter(p for _, p in self._named)
+
+
+class WeightUpdateRatioCallback(Callback):
+    """Log every trainable parameter's weight-update ratio ‖Δw‖₂/‖w‖₂ of a Lightning fit.
+
+    Every `every` optimizer steps (steps 0, every, 2·every, ...), step = `trainer.global_step`
+    before the update (a resumed fit continues from the restored global step), automatic
+    and manual optimization alike. One optimizer: its parameters' ratios go into the run
+    directory itself, tags as PyTorch `watch`'s. Several optimizers: optimizer i's
+    parameters go into the run `<log dir>/optimizer_<i>` (a run directory holds one writer
+    of ratios), each counting its own steps from `trainer.global_step` at train start.
+
+    Args:
+      log_dir: where to write when the trainer has no `TensorBoardLogger` (with one, its
+        `log_dir` is used, beside the logger's own scalars).
+      every: log every `every` optimizer steps; None (default): `trainer.log_every_n_steps`.
+      histograms: also log each parameter's elementwise ratio histogram.
+      spectral: also log spectral ratios ‖ΔW‖₂/‖W‖₂ (passed to `watch`).
+
+    Raises:
+      ValueError: `every` < 1; at train start, no `TensorBoardLogger` and no `log_dir`.
+      TypeError: `every` not an int.
+
+    Example:
+      >>> Trainer(max_steps=100, callbacks=[WeightUpdateRatioCallback(every=10)]).fit(m)  # doctest: +SKIP
+    """
+
+    def __init__(self, log_dir: str | os.PathLike | None = None, every: int | None = None,
+                 histograms: bool = False, spectral: bool = False) -> None:
+        if every is not None:
+            if isinstance(every, bool) or not isinstance(every, int):
+                raise TypeError(f"every must be an int >= 1 or None, got {every!r}")
+            if every < 1:
+                raise ValueError(f"every must be >= 1, got {every}")
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.every = every
+        self.histograms = bool(histograms)
+        self.spectral = bool(spectral)
+        self._handles: list[WatchHandle] = []
+
+    def _log_dir(self, trainer: Any) -> str:
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                return logger.log_dir
+        if self.log_dir is None:
+            raise ValueError("WeightUpdateRatioCallback: the trainer has no TensorBoardLogger; "
+                             "pass log_dir=")
+        return self.log_dir
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._remove()
+        log_dir = self._log_dir(trainer)
+        every = self.every if self.every is not None else int(trainer.log_every_n_steps)
+        if every < 1:
+            raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {every}")
+        extra = {"spectral": True} if self.spectral else {}
+        optimizers = list(trainer.optimizers)
+        for i, optimizer in enumerate(optimizers):
+            target = log_dir if len(optimizers) == 1 else os.path.join(log_dir, f"optimizer_{i}")
+            self._handles.append(watch(optimizer, _Updated(pl_module, optimizer), target,
+                                       every=every, histograms=self.histograms,
+                                       first_step=int(trainer.global_step), **extra))
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._remove()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()

@@ -1,0 +1,133 @@
+"""tb_wur_plugin.lightning.WeightUpdateRatioCallback (issue 26 §2): automatic optimization,
+manual optimization with two optimizers, and a fit resumed from a checkpoint; ratios against
+a numpy reference of the parameters around each update (the torch optimizers' own step
+hooks), steps = trainer.global_step before the update, read back through both TensorBoard
+loaders in the TensorBoardLogger's run directory beside its own scalars."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning.pytorch")
+
+from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
+from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
+from tb_wur_plugin.lightning import WeightUpdateRatioCallback  # noqa: E402
+
+STEPS, EVERY = 30, 5
+LOGGED = list(range(0, STEPS, EVERY))
+RUN = "lightning_logs/version_0"
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)),
+                                       batch_size=8)
+
+
+class _Auto(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                       torch.nn.Linear(16, 1))
+        self.references: list[UpdateReference] = []
+
+    def training_step(self, batch, _):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    def on_train_start(self):
+        self.references = [UpdateReference(self.trainer.optimizers[0], self,
+                                           first_step=self.trainer.global_step)]
+
+
+class _Manual(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.automatic_optimization = False
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 1)
+        self.references: list[UpdateReference] = []
+
+    def training_step(self, batch, _):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.b(torch.tanh(self.a(x))), y)
+        self.log("loss", loss)
+        for opt in self.optimizers():
+            opt.zero_grad()
+        self.manual_backward(loss)
+        for opt in self.optimizers():
+            opt.step()
+
+    def configure_optimizers(self):
+        return [torch.optim.Adam(self.a.parameters(), lr=1e-2),
+                torch.optim.SGD(self.b.parameters(), lr=1e-2)]
+
+    def on_train_start(self):
+        opts = self.trainer.optimizers
+        self.references = [UpdateReference(opts[0], self.a, prefix="a/"),
+                           UpdateReference(opts[1], self.b, prefix="b/")]
+
+
+def _fit(module, save_dir, max_steps, ckpt_path=None):
+    trainer = L.Trainer(max_steps=max_steps, log_every_n_steps=EVERY, accelerator="cpu",
+                        logger=TensorBoardLogger(str(save_dir), version=0),
+                        callbacks=[WeightUpdateRatioCallback()], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, _data(), ckpt_path=ckpt_path)
+    for reference in module.references:
+        reference.remove()
+    return trainer
+
+
+def test_automatic_optimization(tmp_path):
+    module = _Auto()
+    _fit(module, tmp_path, STEPS)
+    assert module.references[0].step == STEPS
+    for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
+        assert_matches(got, module.references[0].at(LOGGED))
+        assert "loss" in scalars, (loader, scalars)
+
+
+def test_manual_optimization_two_optimizers(tmp_path):
+    module = _Manual()
+    _fit(module, tmp_path, 2 * STEPS)  # global_step counts both optimizers' steps
+    for i, reference in enumerate(module.references):
+        assert reference.step == STEPS
+        run = f"{RUN}/optimizer_{i}"
+        for loader, (got, _) in read_back(str(tmp_path), run, LOGGED[-1]).items():
+            assert_matches(got, reference.at(LOGGED))
+
+
+def test_resumed_fit_continues_its_steps(tmp_path):
+    half = STEPS // 2
+    first = _Auto()
+    trainer = _fit(first, tmp_path, half)
+    checkpoint = str(tmp_path / "half.ckpt")
+    trainer.save_checkpoint(checkpoint)
+    second = _Auto()
+    _fit(second, tmp_path, STEPS, ckpt_path=checkpoint)
+    assert second.references[0].step == STEPS
+    want = first.references[0].at([s for s in LOGGED if s < half])
+    for tag, points in second.references[0].at([s for s in LOGGED if s >= half]).items():
+        want[tag] = {**want[tag], **points}
+    for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
+        assert_matches(got, want)
+        assert "loss" in scalars, (loader, scalars)
+
+
+def test_no_tensorboard_logger_and_no_log_dir(tmp_path):
+    trainer = L.Trainer(max_steps=1, logger=False, accelerator="cpu", enable_progress_bar=False,
+                        callbacks=[WeightUpdateRatioCallback()], enable_checkpointing=False,
+                        default_root_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="TensorBoardLogger"):
+        trainer.fit(_Auto(), _data())
