@@ -17,10 +17,13 @@ setup(
         "google-crc32c>=1.5",  # event-file checksums without TensorFlow
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "pytest-xdist==3.8.0", "pandas>=2"],  # scripts/test.sh runs in parallel; tests/conftest.py subclasses its scheduler
+        "test": ["pytest>=7", "hypothesis>=6", "pytest-xdist==3.8.0", "pandas>=2",
+                 "transformers==5.24.0", "accelerate==1.15.0", "lightning==2.6.6"],  # scripts/test.sh runs in parallel; tests/conftest.py subclasses its scheduler
         "demo": ["scikit-learn>=1.0"],
         "torch": ["torch==2.13.0"],  # tb_wur_plugin.torch
         "jax": ["jax", "optax"],  # tb_wur_plugin.jax
+        "transformers": ["transformers==5.24.0", "accelerate==1.15.0"],  # tb_wur_plugin.transformers
+        "lightning": ["lightning==2.6.6"],  # tb_wur_plugin.lightning
         # wur_summary, the Keras callback, armijo and compat.v1
         "tensorflow": ["tensorflow>=2.16", "keras>=3.0"],
     },

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tb_wur_plugin"
 READ_SIDE = ("read", "web", "plugin", "cli")
 WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "events", "armijo", "compat", "writer",
-              "torch", "jax", "keras", "wur_summary")
+              "torch", "jax", "keras", "wur_summary", "transformers", "lightning")
 SHARED = ("metadata", "_optional")
 
 
