@@ -29,10 +29,11 @@ import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.arrays import torch_math, torch_shards
+from tb_wur_plugin.arrays import torch_math, torch_shards, torch_spectral
+from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 from tb_wur_plugin.events import run_claims
-from tb_wur_plugin.metadata import histogram_description, ratio_description
+from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
 from tb_wur_plugin.writer import Counts, SummaryWriter
 
 __all__ = ["watch", "WatchHandle"]
@@ -45,6 +46,7 @@ def watch(
     every: int = 100,
     histograms: bool = False,
     first_step: int | None = None,
+    spectral: bool = False,
 ) -> "WatchHandle":
     """Log the weight-update ratio of every parameter of `model` that requires grad, at
     every `every`-th `optimizer.step()` call, with no change to the training loop.
@@ -108,6 +110,12 @@ def watch(
       first_step: the step of the first `optimizer.step()` after this call (an int >= 0),
         or None (default): the number of updates the optimizer's state counts (see
         Resuming), 0 for a fresh optimizer or one that keeps no count.
+      spectral: also write, on logged steps, the spectral update ratio ‖ΔW‖₂ / ‖W‖₂
+        (largest singular values) of each parameter of two or more dimensions, viewed as
+        the matrix (out, in · prod(kernel)) (`metric="spectral"`, same steps and
+        skipped-step marker): Lanczos iterations on the parameters' device (`W` before
+        the update, one more temporary copy of each matrix), warm-started from the
+        previous logged step's vectors, which the handle keeps. Not for sharded models.
 
     Returns:
       A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
@@ -115,8 +123,8 @@ def watch(
 
     Raises:
       TypeError: an argument of the wrong type (`first_step`: not an int or None).
-      ValueError: `every` < 1, `first_step` < 0, or a parameter's tag is in the plugin's
-        reserved namespace.
+      ValueError: `every` < 1, `first_step` < 0, a parameter's tag is in the plugin's
+        reserved namespace, or `spectral=True` with a sharded model (FSDP, DTensor).
       RuntimeError: another active handle (or Keras `WeightUpdateRatioCallback`) of this
         process writes the same run directory.
 
@@ -140,6 +148,8 @@ def watch(
         raise ValueError(f"every must be at least 1, got {every}")
     if not isinstance(histograms, bool):
         raise TypeError(f"histograms must be a bool, got {histograms!r}")
+    if not isinstance(spectral, bool):
+        raise TypeError(f"spectral must be a bool, got {spectral!r}")
     if first_step is not None:
         if isinstance(first_step, bool) or not isinstance(first_step, (int, np.integer)):
             raise TypeError(f"first_step must be an int >= 0 or None, got {first_step!r}")
@@ -151,6 +161,12 @@ def watch(
     if first_step is None:
         first_step = _restored_step(optimizer, stacklevel=3)
     sharded = _distributed() and torch_shards.is_sharded(model)
+    if sharded and spectral:
+        raise ValueError(
+            "watch(spectral=True) does not support sharded models (FSDP, DTensor): the "
+            "spectral norm of a sharded matrix needs distributed matrix products; pass "
+            "spectral=False, or watch an unsharded (e.g. DDP) model"
+        )
     if sharded:  # every rank counts the same steps (one collective, here only)
         first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
     if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
@@ -161,7 +177,7 @@ def watch(
     run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
     handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step,
-                         sharded)
+                         sharded, spectral)
     try:
         handle._claim = run_claims.claim(
             run_dir, handle, "tb_wur_plugin.torch.watch handle",
@@ -196,9 +212,10 @@ class WatchHandle:
     ranks other than 0 take part in the logged steps' collective and write nothing."""
 
     def __init__(self, optimizer, model, writer, owns_writer, every, histograms, first_step=0,
-                 sharded=False):
+                 sharded=False, spectral=False):
         self.steps = first_step
         self._sharded = sharded
+        self._spectral = SpectralState() if spectral else None  # the warm-start vectors
         self._optimizer = optimizer
         self._model = model
         self._writer = writer
@@ -297,6 +314,8 @@ class WatchHandle:
             np.zeros(len(entries)),
             [_zero_counts(e.tensor.numel()) for e in entries] if self._histograms else None,
             _learning_rate(self._optimizer),
+            spectral=None if self._spectral is None else {
+                i: 0.0 for i, e in enumerate(entries) if len(e.shape) >= 2},
         )
 
     # --- a logged step -------------------------------------------------------------------
@@ -329,6 +348,7 @@ class WatchHandle:
         update_norms = np.zeros(len(entries))
         weight_norms = np.zeros(len(entries))
         counts: list[Any] = [None] * len(entries)
+        matrices: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (i, W, −ΔW)
         with torch.no_grad():
             for indices in _by_device(entries):
                 olds = [before[i] for i in indices]
@@ -341,9 +361,19 @@ class WatchHandle:
                 for k, i in enumerate(indices):
                     weight_norms[i] = torch_math.checked_norm(sums[k], lambda: olds[k] + news[k])
                     update_norms[i] = torch_math.checked_norm(sums[len(indices) + k], lambda: olds[k])
+                    if self._spectral is not None and len(entries[i].shape) >= 2:
+                        matrices.append((i, olds[k] + news[k], olds[k]))
                 if self._histograms:
                     for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
                         counts[i] = Counts(c)
+        spectral = None
+        if matrices:
+            with torch.no_grad():
+                values = torch_spectral.spectral_ratios(
+                    [entries[i].tag for i, _, _ in matrices], [w for _, w, _ in matrices],
+                    [u for _, _, u in matrices], self._spectral, LEADING_FAN_OUT)
+            spectral = {i: float(v) for (i, _, _), v in zip(matrices, values)}
+            matrices.clear()
         before.clear()  # the copies are freed before the writing
         self._write(
             pending.step,
@@ -351,6 +381,7 @@ class WatchHandle:
             ratios_from_norms(update_norms, weight_norms),
             counts if self._histograms else None,
             pending.learning_rate,
+            spectral=spectral,
         )
 
     def _record_sharded(self, step: int, entries: list[Any], before: list[Any] | None,
@@ -407,8 +438,13 @@ class WatchHandle:
         self._write(step, entries, ratios, hists, learning_rate,
                     skipped=True if reduced.all_skipped else None)
 
-    def _write(self, step, entries, ratios, counts, learning_rate, skipped=None) -> None:
+    def _write(self, step, entries, ratios, counts, learning_rate, skipped=None,
+               spectral: dict[int, float] | None = None) -> None:
+        """Write a logged step: the ratios (and `spectral`, {entry index: spectral ratio},
+        where given and not empty, with the same skipped-step marker)."""
         writer = self._writer
+        if skipped is None:  # the writer's rule: a step that changed nothing was skipped
+            skipped = bool(np.all(np.asarray(ratios) == 0))
         writer.add_ratios(
             {e.tag: float(r) for e, r in zip(entries, ratios)},
             step,
@@ -416,6 +452,16 @@ class WatchHandle:
             descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
             shapes={e.tag: e.shape for e in entries},
         )
+        if spectral:
+            writer.add_ratios(
+                {entries[i].tag: r for i, r in spectral.items()},
+                step,
+                skipped=skipped,
+                descriptions={entries[i].tag: spectral_description(
+                    entries[i].tag, entries[i].shape, entries[i].dtype) for i in spectral},
+                shapes={entries[i].tag: entries[i].shape for i in spectral},
+                metric=metadata.METRIC_SPECTRAL,
+            )
         if counts is not None:
             writer.add_histograms(
                 {e.tag: c for e, c in zip(entries, counts)},

@@ -110,3 +110,9 @@ def test_grad_scaler_skips_are_marked_without_a_hang(runs, loader, setting):
     assert run["skipped_at"] == [worker.SCALER_INF_AT]
     got = export(servers[loader], setting)
     assert all(got[t][worker.SCALER_INF_AT] == 0 for t in worker.TAGS)
+
+
+def test_spectral_ratios_of_sharded_models_are_refused_on_every_rank(runs):
+    _, results, _ = runs
+    for rank in results["fsdp2"]:
+        assert "does not support sharded models" in rank["spectral_refused"]

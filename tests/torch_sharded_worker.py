@@ -119,6 +119,12 @@ def run_setting(setting: str, rank: int, logdir: str, out_dir: str) -> None:
     elif setting == "scaler_disagree":
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
     every = EVERY.get(setting, 1)
+    refused = None
+    if setting == "fsdp2":  # spectral ratios of sharded matrices: refused, on every rank
+        try:
+            watch(optimizer, model, os.path.join(logdir, "spectral"), spectral=True)
+        except ValueError as error:
+            refused = str(error)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         handle = watch(optimizer, model, os.path.join(logdir, setting), every=every,
@@ -159,7 +165,7 @@ def run_setting(setting: str, rank: int, logdir: str, out_dir: str) -> None:
                 shapes[tag] = list(old.shape)
         active = handle.active
         handle.remove()
-    result = {"active": active, "steps": handle.steps}
+    result = {"active": active, "steps": handle.steps, "spectral_refused": refused}
     if rank == 0:
         result.update(ratios=ratios, hists=hists, shapes=shapes, skipped=skipped,
                       warnings=[str(w.message) for w in caught  # PyTorch's own left out
