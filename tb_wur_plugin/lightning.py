@@ -77,8 +77,11 @@ class WeightUpdateRatioCallback(Callback):
                 raise ValueError(f"every must be >= 1, got {every}")
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.every = every
-        self.histograms = bool(histograms)
-        self.spectral = bool(spectral)
+        for name, value in (("histograms", histograms), ("spectral", spectral)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {value!r}")
+        self.histograms = histograms
+        self.spectral = spectral
         self._handles: list[WatchHandle] = []
 
     def _log_dir(self, trainer: Any) -> str:
@@ -96,13 +99,13 @@ class WeightUpdateRatioCallback(Callback):
         every = self.every if self.every is not None else int(trainer.log_every_n_steps)
         if every < 1:
             raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {every}")
-        extra = {"spectral": True} if self.spectral else {}
         optimizers = list(trainer.optimizers)
         for i, optimizer in enumerate(optimizers):
             target = log_dir if len(optimizers) == 1 else os.path.join(log_dir, f"optimizer_{i}")
             self._handles.append(watch(optimizer, _Updated(pl_module, optimizer), target,
                                        every=every, histograms=self.histograms,
-                                       first_step=int(trainer.global_step), **extra))
+                                       first_step=int(trainer.global_step),
+                                       spectral=self.spectral))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._remove()

@@ -93,8 +93,11 @@ class WeightUpdateRatioCallback(TrainerCallback):
                 raise ValueError(f"every must be >= 1, got {every}")
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.every = every
-        self.histograms = bool(histograms)
-        self.spectral = bool(spectral)
+        for name, value in (("histograms", histograms), ("spectral", spectral)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {value!r}")
+        self.histograms = histograms
+        self.spectral = spectral
         self._handle: WatchHandle | None = None
         self._begun = time.time()
 
@@ -118,10 +121,9 @@ class WeightUpdateRatioCallback(TrainerCallback):
         if model is None or optimizer is None:
             raise ValueError("the Trainer passed no model or optimizer to on_train_begin")
         log_dir = self.log_dir if self.log_dir is not None else _trainer_log_dir(args, self._begun)
-        extra = {"spectral": True} if self.spectral else {}
         self._handle = watch(_torch_optimizer(optimizer), model, log_dir,
                              every=self._every(args, state), histograms=self.histograms,
-                             first_step=int(state.global_step), **extra)
+                             first_step=int(state.global_step), spectral=self.spectral)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._remove()

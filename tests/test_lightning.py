@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning.pytorch")
 
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
+from helpers import read_packed  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.lightning import WeightUpdateRatioCallback  # noqa: E402
 
@@ -78,10 +79,10 @@ class _Manual(L.LightningModule):
                            UpdateReference(opts[1], self.b, prefix="b/")]
 
 
-def _fit(module, save_dir, max_steps, ckpt_path=None):
+def _fit(module, save_dir, max_steps, ckpt_path=None, spectral=False):
     trainer = L.Trainer(max_steps=max_steps, log_every_n_steps=EVERY, accelerator="cpu",
                         logger=TensorBoardLogger(str(save_dir), version=0),
-                        callbacks=[WeightUpdateRatioCallback()], enable_checkpointing=False,
+                        callbacks=[WeightUpdateRatioCallback(spectral=spectral)], enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, _data(), ckpt_path=ckpt_path)
     for reference in module.references:
@@ -91,11 +92,15 @@ def _fit(module, save_dir, max_steps, ckpt_path=None):
 
 def test_automatic_optimization(tmp_path):
     module = _Auto()
-    _fit(module, tmp_path, STEPS)
+    _fit(module, tmp_path, STEPS, spectral=True)
     assert module.references[0].step == STEPS
     for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
         assert_matches(got, module.references[0].at(LOGGED))
         assert "loss" in scalars, (loader, scalars)
+    spectral = read_packed(str(tmp_path / RUN)).spectral  # spectral=True: the matrices
+    assert spectral, "no spectral ratios"
+    assert_matches({t: dict(points) for t, points in spectral.items()},
+                   module.references[0].at(LOGGED, spectral=True), rtol=1e-3)
 
 
 def test_manual_optimization_two_optimizers(tmp_path):
@@ -131,3 +136,10 @@ def test_no_tensorboard_logger_and_no_log_dir(tmp_path):
                         default_root_dir=str(tmp_path))
     with pytest.raises(ValueError, match="TensorBoardLogger"):
         trainer.fit(_Auto(), _data())
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(TypeError, match="spectral"):
+        WeightUpdateRatioCallback(spectral="yes")
+    with pytest.raises(TypeError, match="histograms"):
+        WeightUpdateRatioCallback(histograms=1)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+from helpers import read_packed  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.transformers import WeightUpdateRatioCallback  # noqa: E402
 
@@ -56,7 +57,8 @@ def _trainer(output_dir, max_steps, callback, model=None, save_steps=None):
 
 
 def test_trainer_ratios_steps_and_run_directory(tmp_path):
-    trainer, optimizer, model = _trainer(tmp_path, STEPS, WeightUpdateRatioCallback())
+    trainer, optimizer, model = _trainer(tmp_path, STEPS,
+                                         WeightUpdateRatioCallback(spectral=True))
     reference = UpdateReference(optimizer, model)
     trainer.train()
     reference.remove()
@@ -68,6 +70,9 @@ def test_trainer_ratios_steps_and_run_directory(tmp_path):
     for loader, (got, scalars) in read_back(str(tmp_path), run, LOGGED[-1]).items():
         assert_matches(got, want)
         assert "train/loss" in scalars, (loader, scalars)
+    spectral = read_packed(str(tmp_path / run)).spectral  # spectral=True: the matrices
+    assert_matches({t: dict(points) for t, points in spectral.items()},
+                   reference.at(LOGGED, spectral=True), rtol=1e-3)
 
 
 def test_resumed_training_continues_its_steps(tmp_path, monkeypatch):

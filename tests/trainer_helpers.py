@@ -12,12 +12,15 @@ from framework_servers import both_loaders, export
 
 class UpdateReference:
     """{tag: {step: ratio}} of every `optimizer.step()` of `model`'s trainable parameters,
-    steps counted from `first_step`; `prefix` goes before each tag."""
+    steps counted from `first_step`; `prefix` goes before each tag. `spectral`: the same of
+    ‖ΔW‖₂ / ‖W‖₂ (numpy's SVD, the parameter viewed as (out, everything else)) of the
+    parameters of two or more dimensions."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
                  first_step: int = 0, prefix: str = "") -> None:
         self.model, self.step, self.prefix = model, first_step, prefix
         self.ratios: dict[str, dict[int, float]] = {}
+        self.spectral: dict[str, dict[int, float]] = {}
         self._before: dict[str, np.ndarray] = {}
         self._hooks = [optimizer.register_step_pre_hook(self._pre),
                        optimizer.register_step_post_hook(self._post)]
@@ -34,15 +37,22 @@ class UpdateReference:
             after = p.detach().double().numpy()
             with np.errstate(divide="ignore", invalid="ignore"):  # zero biases: inf (contract)
                 ratio = np.linalg.norm(after - before) / np.linalg.norm(before)
-            self.ratios.setdefault(self.prefix + name.replace(".", "/"), {})[self.step] = ratio
+            tag = self.prefix + name.replace(".", "/")
+            self.ratios.setdefault(tag, {})[self.step] = ratio
+            if before.ndim >= 2:
+                matrix = before.reshape(before.shape[0], -1)
+                update = (after - before).reshape(matrix.shape)
+                self.spectral.setdefault(tag, {})[self.step] = (
+                    np.linalg.norm(update, 2) / np.linalg.norm(matrix, 2))
         self.step += 1
 
     def remove(self) -> None:
         for h in self._hooks:
             h.remove()
 
-    def at(self, steps: list[int]) -> dict[str, dict[int, float]]:
-        return {tag: {s: points[s] for s in steps} for tag, points in self.ratios.items()}
+    def at(self, steps: list[int], spectral: bool = False) -> dict[str, dict[int, float]]:
+        series = self.spectral if spectral else self.ratios
+        return {tag: {s: points[s] for s in steps} for tag, points in series.items()}
 
 
 def read_back(logdir: str, run: str, last_step: int) -> dict[str, tuple[dict, list[str]]]:
