@@ -259,3 +259,12 @@ def test_parameter_server_strategy_is_a_clear_error(writer, monkeypatch):
     with writer.as_default(), pytest.raises(NotImplementedError, match="asynchronously"):
         with wur_summary.watch([tf.Variable(1.0)], step=0):
             pass
+
+
+def test_sharded_variable_is_a_clear_error(writer):
+    """A ParameterServerStrategy's partitioned variable: refused, naming it."""
+    sharded = tf.__internal__.distribute.ShardedVariable(
+        [tf.Variable([1.0, 2.0], name="w/part_0"), tf.Variable([3.0], name="w/part_1")])
+    with writer.as_default(), pytest.raises(TypeError, match="ShardedVariable"):
+        with wur_summary.watch([sharded], step=0):
+            pass

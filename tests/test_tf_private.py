@@ -166,3 +166,11 @@ def test_local_variable_is_a_plain_variable_under_a_strategy_scope():
           and not variable.trainable, api,
           f"made a {type(variable).__name__} (trainable={variable.trainable}) under a "
           "MirroredStrategy scope; it must not go through the strategy's variable creator")
+
+
+def test_sharded_variable_is_recognised_and_a_variable_is_not():
+    from tensorflow.python.distribute import sharded_variable
+
+    sharded = sharded_variable.ShardedVariable([tf.Variable([1.0, 2.0]), tf.Variable([3.0])])
+    assert tf_private.is_sharded_variable(sharded)
+    assert not tf_private.is_sharded_variable(tf.Variable([1.0]))

@@ -2,8 +2,9 @@
 
 TensorFlow has no public way to read or set the default summary writer without flushing it,
 to read its recording conditions, to get a writer's resource handle or whether it is closed,
-to write a serialized `Summary` as it is, or to make a variable that a `tf.distribute`
-strategy in scope does not turn into a distributed one. These functions do, and no other module touches
+to write a serialized `Summary` as it is, to make a variable that a `tf.distribute`
+strategy in scope does not turn into a distributed one, or to name the class of a
+`ParameterServerStrategy`'s partitioned variables. These functions do, and no other module touches
 `tensorflow.python`: `tests/test_tf_private.py` fails, naming what changed, when a
 TensorFlow release changes any of them.
 """
@@ -55,3 +56,10 @@ def local_variable(initial_value: Any, name: str) -> tf.Variable:
     """A plain non-trainable resource variable, also under a `tf.distribute` strategy's
     scope (whose variable creator `tf.Variable` would go through)."""
     return resource_variable_ops.ResourceVariable(initial_value, trainable=False, name=name)
+
+
+def is_sharded_variable(candidate: Any) -> bool:
+    """Whether `candidate` is a `ShardedVariable` (the partitioned variable a
+    `ParameterServerStrategy` with a `variable_partitioner` makes: a list of shard variables,
+    not a `tf.Variable`)."""
+    return isinstance(candidate, tf.__internal__.distribute.ShardedVariable)

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, Sequence
 import tensorflow as tf
 
 from tb_wur_plugin.metadata import unique_tags
+from tb_wur_plugin.tf_write import tf_private
 
 
 class WatchedVariable(NamedTuple):
@@ -113,10 +114,19 @@ def tf_variable(candidate: Any, caller: str = "wur_summary.watch") -> tf.Variabl
     TensorFlow backend wraps.
 
     Raises:
-      TypeError: `candidate` is neither (the message names `caller`).
+      TypeError: `candidate` is neither (the message names `caller`), e.g. a
+        `ShardedVariable`.
     """
     if isinstance(candidate, tf.Variable):
         return candidate
+    if tf_private.is_sharded_variable(candidate):
+        raise TypeError(
+            f"{caller}: {candidate.name!r} is a ShardedVariable "
+            "(ParameterServerStrategy's variable_partitioner), whose shards the workers "
+            "update asynchronously: its weight-update ratio cannot be observed. Create the "
+            "variables without a variable_partitioner, or train under MirroredStrategy or "
+            "MultiWorkerMirroredStrategy."
+        )
     inner = getattr(candidate, "value", None)
     if isinstance(inner, tf.Variable):
         return inner
