@@ -30,7 +30,7 @@ import numpy as np
 # Iterations between two convergence checks (one host transfer of α, β each).
 ROUND = 4
 # Stop when every estimate grew by at most this, relative, over the last round.
-INCREMENT_TOLERANCE = 1e-5
+INCREMENT_TOLERANCE = 3e-5
 # The most iterations (Krylov dimension) per matrix and logged step.
 MAX_ITERATIONS = 64
 
