@@ -1,5 +1,6 @@
 """Resumed runs lose nothing (issue 25): a PyTorch run resumed from a checkpoint in a new
-process (`watch(first_step=None)`) continues its steps, and both parts survive in both
+process (`watch(first_step=None)`) and a Keras `fit` resumed from a saved model
+(`optimizer.iterations` restored) continue their steps, and both parts survive in both
 TensorBoard loaders; one active writer per run directory (PyTorch handles, Keras callbacks)."""
 
 from __future__ import annotations
@@ -48,6 +49,27 @@ def _torch_run(run_dir: str, checkpoint: str, out: str) -> dict[str, dict[int, f
     return want
 
 
+def _keras_run(log_dir: str, saved: str, out: str) -> dict[str, dict[int, float]]:
+    """Fit, save the model (optimizer included), fit more in a new process after
+    `keras.saving.load_model`; the reference ratios of both parts."""
+    model = resume_worker.keras_model()
+    want = resume_worker.keras_fit(model, log_dir, FIRST_STEPS, EVERY, seed=0)
+    assert int(model.optimizer.iterations) == FIRST_STEPS
+    model.save(saved)
+    subprocess.run(
+        [sys.executable, WORKER, "--keras", log_dir, saved, str(MORE_STEPS), str(EVERY), out],
+        check=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    with open(out) as f:
+        resumed = json.load(f)
+    assert resumed["first_step"] == FIRST_STEPS  # optimizer.iterations, restored
+    assert resumed["steps"] == FIRST_STEPS + MORE_STEPS
+    assert sorted(resumed["ratios"]) == sorted(want)  # the same tags after loading
+    for tag, points in resumed["ratios"].items():
+        want[tag].update({int(step): ratio for step, ratio in points.items()})
+    return want
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{run: reference ratios} of the resumed runs, all in one logdir."""
@@ -55,9 +77,9 @@ def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("resume_work")
     runs = {"torch": _torch_run(os.path.join(logdir, "torch"), str(work / "checkpoint.pt"),
                                 str(work / "resumed.json"))}
-    # A resumed Keras fit is not here yet: after keras.models.load_model the variables'
-    # paths gain the model's name ("sequential/dense/bias" for "dense/bias"), so the resumed
-    # part's tags differ from the first part's (left for issue 25).
+    pytest.importorskip("keras")
+    runs["keras/train"] = _keras_run(os.path.join(logdir, "keras"), str(work / "model.keras"),
+                                     str(work / "keras_resumed.json"))
     return logdir, runs
 
 
@@ -69,7 +91,7 @@ def test_the_references_continue_their_steps(runs):
             assert sorted(points) == LOGGED, (run, tag)
 
 
-@pytest.mark.parametrize("run", ["torch"])
+@pytest.mark.parametrize("run", ["torch", "keras/train"])
 def test_both_parts_of_a_resumed_run_survive_in_both_loaders(runs, run):
     logdir, references = runs
     with both_loaders(logdir, {r: LOGGED[-1] for r in references}) as servers:
