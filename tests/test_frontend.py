@@ -465,6 +465,40 @@ def test_empty_logdir_says_what_to_do(tmp_path):
     assert "empty state works" in output and "error state works" in output, output
 
 
+METRIC_TEST = ROOT / "tests" / "browser" / "wur_metric.mjs"
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "slow"])
+def test_metric_switch_shows_the_spectral_ratios(load_fast, tmp_path):
+    """A run with Frobenius ratios of every layer and spectral ratios (other values) of its
+    matrices: the tab offers the switch; flipped, its rows, flags, open layer's series and
+    export links are the spectral ones (the exported values those written), and back."""
+    from tb_wur_plugin.writer import SummaryWriter
+
+    run = "metric/train"
+    tags = ["net/fc1/weight", "net/fc1/bias", "net/fc2/weight"]
+    matrices = [t for t in tags if t.endswith("weight")]
+    steps = list(range(0, 60, 3))
+    frobenius = {t: {s: float(np.float32(1e-3 * (k + 1) * (1 + s / 100))) for s in steps}
+                 for k, t in enumerate(tags)}
+    spectral = {t: {s: float(np.float32(3e-2 * (k + 1) * (1 + s / 50))) for s in steps}
+                for k, t in enumerate(matrices)}
+    writer = SummaryWriter(tmp_path / "logs" / run)
+    for s in steps:
+        writer.add_ratios({t: frobenius[t][s] for t in tags}, s)
+        writer.add_ratios({t: spectral[t][s] for t in matrices}, s, metric="spectral")
+    writer.close()
+    with TensorBoardServer(str(tmp_path / "logs"), load_fast=load_fast) as server:
+        server.wait_for(lambda d: "spectral" in d.get("metrics", []), "/data/plugin/wur/runs")
+        config = {"url": server.url, "label": f"metric-{'fast' if load_fast else 'slow'}",
+                  "run": run, "frobenius": frobenius, "spectral": spectral}
+        path = tmp_path / "metric-config.json"
+        path.write_text(json.dumps(config))
+        code, output = _run([_node(), str(METRIC_TEST), str(path)], 150)
+    assert code == 0, output
+    assert "spectral shown" in output and "metric switch works" in output, output
+
+
 if __name__ == "__main__":
     # python tests/test_frontend.py screenshot LOGDIR OUT.png: a screenshot of the tab over LOGDIR
     _, _, logdir, out = sys.argv

@@ -22,11 +22,16 @@ export interface RunInfo {
   /** the run holds the stochastic Armijo line search's series (/line_search answers); absent
    * (an older backend): false */
   has_line_search?: boolean;
+  /** the metrics the run has ratios of, in the order of /runs' top-level list (absent: an
+   * older backend, Frobenius only) */
+  metrics?: string[];
   layers: LayerInfo[];
 }
 /** The tags the plugin writes besides the ratios (from /runs: the frontend names none itself). */
 export interface ReservedTags { learning_rate: string; skipped_step: string; histogram_prefix: string }
-export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags }
+/** `metrics`: the metrics some run has ratios of ("frobenius", "spectral"; absent: an older
+ * backend, Frobenius only). */
+export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags; metrics?: string[] }
 /** Why /flags flags a layer. The default judgement (no band): "nan", "inf" (+inf after the
  * first update), "not_moving", "too_fast", "slow_outlier", "fast_outlier"; with a band also
  * "below_band", "above_band". (An older backend: "above", "below", "outside".) */
@@ -116,22 +121,27 @@ async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
   return parseJsonNumbers(await (await get(path, signal)).text()) as T;
 }
 
+/** The metric of the ratios the routes answer (`metric=`): the default one is not sent. */
+export const DEFAULT_METRIC = "frobenius";
+const metricParam = (metric: string) => (metric === DEFAULT_METRIC ? undefined : metric);
+
 export const api = {
   runs: (signal?: AbortSignal) => getJson<RunsAnswer>("./runs", signal),
-  async heatmap(p: { runs: string[]; columns: number; start?: number; end?: number; reduction: string }, signal?: AbortSignal): Promise<Heatmap> {
-    const response = await get(`./heatmap?${query({ run: p.runs, columns: p.columns, start: p.start, end: p.end, reduction: p.reduction })}`, signal);
+  async heatmap(p: { runs: string[]; columns: number; start?: number; end?: number; reduction: string; metric: string }, signal?: AbortSignal): Promise<Heatmap> {
+    const response = await get(`./heatmap?${query({ run: p.runs, columns: p.columns, start: p.start, end: p.end, reduction: p.reduction, metric: metricParam(p.metric) })}`, signal);
     return parseHeatmap(await binary(response));
   },
-  async compare(p: { runA: string; runB: string; columns: number; start?: number; end?: number }, signal?: AbortSignal): Promise<Comparison> {
-    const response = await get(`./compare?${query({ run_a: p.runA, run_b: p.runB, columns: p.columns, start: p.start, end: p.end })}`, signal);
+  async compare(p: { runA: string; runB: string; columns: number; start?: number; end?: number; metric: string }, signal?: AbortSignal): Promise<Comparison> {
+    const response = await get(`./compare?${query({ run_a: p.runA, run_b: p.runB, columns: p.columns, start: p.start, end: p.end, metric: metricParam(p.metric) })}`, signal);
     return parseComparison(await binary(response));
   },
   /** `band` null: no low/high (the default judgement). */
-  flags: (run: string, band: { low: number; high: number } | null, patience: number, signal?: AbortSignal) =>
-    getJson<Flags>(`./flags?${query({ run, low: band?.low, high: band?.high, patience })}`, signal),
-  suggestions: (run: string, signal?: AbortSignal) => getJson<Suggestions>(`./suggestions?${query({ run })}`, signal),
-  series: (run: string, tag: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag })}`, signal),
+  flags: (run: string, band: { low: number; high: number } | null, patience: number, metric: string, signal?: AbortSignal) =>
+    getJson<Flags>(`./flags?${query({ run, low: band?.low, high: band?.high, patience, metric: metricParam(metric) })}`, signal),
+  suggestions: (run: string, metric: string, signal?: AbortSignal) => getJson<Suggestions>(`./suggestions?${query({ run, metric: metricParam(metric) })}`, signal),
+  /** `metric`: of a ratio series (the learning rate's series takes none) */
+  series: (run: string, tag: string, metric?: string, signal?: AbortSignal) => getJson<Series>(`./series?${query({ run, tag, metric: metric === undefined ? undefined : metricParam(metric) })}`, signal),
   histograms: (run: string, tag: string, signal?: AbortSignal) => getJson<Histograms>(`./histograms?${query({ run, tag })}`, signal),
   lineSearch: (run: string, signal?: AbortSignal) => getJson<LineSearch>(`./line_search?${query({ run })}`, signal),
-  exportUrl: (run: string, format: "csv" | "json") => `./export?${query({ run, format })}`,
+  exportUrl: (run: string, format: "csv" | "json", metric: string) => `./export?${query({ run, format, metric: metricParam(metric) })}`,
 };

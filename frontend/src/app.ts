@@ -2,7 +2,7 @@
 // legend, heatmap blocks with their line-search strips, layer detail). Setters mark what is stale; commit() redraws it, once
 // per frame.
 import { api, HttpError, LineSearch, Suggestions } from "./api";
-import { RunCache } from "./cache";
+import { KeyedCache, RunCache } from "./cache";
 import { ColorTables } from "./color";
 import { CompareView, RANKING_WIDTH } from "./compare";
 import { DetailCache, DetailView, fetchDetailData } from "./detail";
@@ -34,9 +34,9 @@ export class App {
   private readonly sidebar = new Sidebar(this);
   private readonly legend = new Legend();
   private readonly detail = new DetailView({ showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(), close: () => this.closeDetail() });
-  private readonly cache = new DetailCache((run, tag) => fetchDetailData(run, tag, this.store.runInfo(run), this.store.s.reservedTags));
+  private readonly cache = new DetailCache((run, tag, metric) => fetchDetailData(run, tag, metric, this.store.runInfo(run), this.store.s.reservedTags));
   private readonly lineSearchCache = new RunCache<LineSearch>((run) => api.lineSearch(run));
-  private readonly suggestionsCache = new RunCache<Suggestions>((run) => api.suggestions(run));
+  private readonly suggestionsCache = new KeyedCache<[run: string, metric: string], Suggestions>((run, metric) => api.suggestions(run, metric));
   private readonly compare = new CompareView({
     pickCompare: (a, b) => this.pickCompare(a, b), showLines: (l, x, y) => this.showLines(l, x, y), hideTooltip: () => this.hideTooltip(),
   });
@@ -104,7 +104,8 @@ export class App {
       this.reloadGeneration++;
       this.errorBox.hidden = true;
       this.emptyLogdir = !answer.runs.length;
-      this.store.setRuns(answer.runs, answer.reserved_tags ?? null);
+      this.store.setRuns(answer.runs, answer.reserved_tags ?? null, answer.metrics);
+      this.toolbar.showMetrics(this.store.s.metrics, this.store.s.metric);
       if (this.emptyLogdir) {
         this.store.setHeatmap(null);
         this.store.setFlags([]);
@@ -136,11 +137,11 @@ export class App {
       return;
     }
     const controller = (this.heatmapController = new AbortController());
-    const { zoom, reduction } = this.store.s;
+    const { zoom, reduction, metric } = this.store.s;
     this.busy(1);
     try {
       const width = this.plotWidth();
-      const h = await api.heatmap({ runs, columns: width, start: zoom?.start, end: zoom?.end, reduction }, controller.signal);
+      const h = await api.heatmap({ runs, columns: width, start: zoom?.start, end: zoom?.end, reduction, metric }, controller.signal);
       if (controller.signal.aborted) return;
       performance.mark("wur-data");
       this.lastWidth = width;
@@ -157,7 +158,7 @@ export class App {
   private async loadFlags(): Promise<void> {
     this.flagsController?.abort();
     const controller = (this.flagsController = new AbortController());
-    const runs = this.store.heatmapRuns(), { flagBand, patience } = this.store.s;
+    const runs = this.store.heatmapRuns(), { flagBand, patience, metric } = this.store.s;
     if (!runs.length) {
       this.store.setFlags([]);
       return;
@@ -165,7 +166,7 @@ export class App {
     this.busy(1);
     try {
       // no band set by the user: no low/high, the server's default judgement
-      const all = await Promise.all(runs.map((run) => api.flags(run, flagBand, patience, controller.signal)));
+      const all = await Promise.all(runs.map((run) => api.flags(run, flagBand, patience, metric, controller.signal)));
       if (controller.signal.aborted) return;
       this.store.setFlags(rankFlags(all.flatMap((f) => f.layers.map((l) => ({ ...l, run: f.run })))));
     } catch (e) {
@@ -182,11 +183,11 @@ export class App {
     const pair = this.store.s.comparePair;
     if (!pair) return;
     const controller = (this.compareController = new AbortController());
-    const zoom = this.store.s.zoom;
+    const { zoom, metric } = this.store.s;
     this.busy(1);
     this.store.setCompareLoading(true);
     try {
-      const c = await api.compare({ runA: pair[0], runB: pair[1], columns: Math.max(60, this.plotWidth() - RANKING_WIDTH), start: zoom?.start, end: zoom?.end }, controller.signal);
+      const c = await api.compare({ runA: pair[0], runB: pair[1], columns: Math.max(60, this.plotWidth() - RANKING_WIDTH), start: zoom?.start, end: zoom?.end, metric }, controller.signal);
       if (controller.signal.aborted) return;
       this.store.setComparison(c);
     } catch (e) {
@@ -205,10 +206,11 @@ export class App {
       this.detail.setSuggestion(suggestionText(null, ref.tag));
       return;
     }
-    const cached = this.suggestionsCache.has(ref.run);
+    const metric = this.store.s.metric;
+    const cached = this.suggestionsCache.has(ref.run, metric);
     if (!cached) this.busy(1);
     try {
-      const answer = await this.suggestionsCache.get(ref.run);
+      const answer = await this.suggestionsCache.get(ref.run, metric);
       if (generation === this.detailGeneration) this.detail.setSuggestion(suggestionText(answer, ref.tag));
     } catch (e) {
       if (generation === this.detailGeneration) this.detail.setSuggestion(`Suggested learning rate: ${e instanceof Error ? e.message : String(e)}`);
@@ -246,10 +248,11 @@ export class App {
     this.detail.show(ref, this.color(ref.run), layer);
     if (scroll) this.detail.element.scrollIntoView({ block: "nearest" });
     void this.loadSuggestion(ref, generation);
-    const cached = this.cache.has(ref.run, ref.tag);
+    const metric = this.store.s.metric;
+    const cached = this.cache.has(ref.run, ref.tag, metric);
     if (!cached) this.busy(1);
     try {
-      const data = await this.cache.get(ref.run, ref.tag);
+      const data = await this.cache.get(ref.run, ref.tag, metric);
       if (generation !== this.detailGeneration) return;
       this.detail.setData(data);
       this.scheduler.mark("detail");
@@ -276,6 +279,17 @@ export class App {
   setReduction(reduction: string): void {
     this.store.setReduction(reduction);
     void this.loadHeatmap();
+  }
+
+  /** Another metric: its heatmap, flags, comparison and open layer's detail (from the
+   * cache when shown before); the export links follow at the commit. */
+  setMetric(metric: string): void {
+    if (metric === this.store.s.metric) return;
+    this.store.setMetric(metric);
+    void this.loadHeatmap();
+    void this.loadFlags();
+    void this.loadCompare();
+    void this.loadDetail(false);
   }
 
   /** The server bins the columns of the new range: one /heatmap; the detail redraws from its cache. */
@@ -405,7 +419,7 @@ export class App {
         h, runIndex, info: this.store.runInfo(run.run), filter: s.layerFilter, grouped: s.grouped, collapsed: s.collapsed,
         targetLog10: Math.log10(s.band.target), table, width, color: this.color(run.run), colors,
         heldTable: run.heldCells ? this.colors.heldTable(h, s.band, s.dark) : null,
-        lineSearch: s.lineSearch.get(run.run) ?? null,
+        lineSearch: s.lineSearch.get(run.run) ?? null, metric: s.metric,
       });
       return b.section;
     });

@@ -1,7 +1,7 @@
 // The layer detail: the open layer's ratio over steps, the run's learning rate, the run's
 // line-search step size (when it has one: the app's per-run /line_search cache, passed in at
 // each draw) and the layer's histogram density, drawn by charts.ts. Its data (what /series and /histograms answered for the
-// layer) is cached per (run, tag), so a change of band, theme or zoom redraws it without
+// layer) is cached per (run, tag, metric), so a change of band, theme or zoom redraws it without
 // fetching; only a reload clears the cache. The DOM (canvases, readouts) is built once.
 import { api, HttpError, Histograms, LayerInfo, LineSearch, ReservedTags, RunInfo, Series } from "./api";
 import { KeyedCache } from "./cache";
@@ -23,24 +23,24 @@ export interface DetailData {
   lr: { steps: number[]; values: number[] } | null;
 }
 
-export type DetailFetch = (run: string, tag: string) => Promise<DetailData>;
+export type DetailFetch = (run: string, tag: string, metric: string) => Promise<DetailData>;
 
-/** What a layer's detail shows: its ratio series, its histograms (when logged) and the run's
- * learning rate (when logged; its tag is the one /runs names). */
-export async function fetchDetailData(run: string, tag: string, info: RunInfo | undefined, reserved: ReservedTags | null): Promise<DetailData> {
+/** What a layer's detail shows: its ratio series of `metric`, its histograms (when logged)
+ * and the run's learning rate (when logged; its tag is the one /runs names). */
+export async function fetchDetailData(run: string, tag: string, metric: string, info: RunInfo | undefined, reserved: ReservedTags | null): Promise<DetailData> {
   const layer = info?.layers.find((l) => l.tag === tag);
   const lrTag = info?.has_learning_rate ? reserved?.learning_rate : undefined;
   const [series, histograms, lr] = await Promise.all([
-    api.series(run, tag),
+    api.series(run, tag, metric),
     layer?.has_histograms ? api.histograms(run, tag) : null,
     lrTag ? api.series(run, lrTag) : null,
   ]);
   return { series, values: series.values.map(Number), histograms, lr: lr ? { steps: lr.steps, values: lr.values.map(Number) } : null };
 }
 
-/** Detail data per (run, tag): one fetch per layer until clear(); a failed fetch is not kept.
- * At most `capacity` layers, the least recently asked for go first. */
-export class DetailCache extends KeyedCache<[run: string, tag: string], DetailData> {
+/** Detail data per (run, tag, metric): one fetch per layer and metric until clear(); a failed
+ * fetch is not kept. At most `capacity` entries, the least recently asked for go first. */
+export class DetailCache extends KeyedCache<[run: string, tag: string, metric: string], DetailData> {
   constructor(fetch: DetailFetch, capacity = 32) {
     super(fetch, capacity);
   }

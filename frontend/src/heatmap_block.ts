@@ -44,6 +44,8 @@ export interface BlockView {
   colors: ChartColors;
   /** the run's /line_search, when it has one */
   lineSearch: LineSearch | null;
+  /** the metric of the ratios shown: the export links ask for it */
+  metric: string;
 }
 
 export class HeatmapBlock {
@@ -84,7 +86,12 @@ export class HeatmapBlock {
   private clickTimer = 0;
   private readonly onWindowMouseUp = (e: MouseEvent) => this.onMouseUp(e);
 
+  private readonly exportCsv: HTMLAnchorElement;
+  private readonly exportJson: HTMLAnchorElement;
+
   constructor(readonly run: string, private readonly host: BlockHost) {
+    this.exportCsv = el("a", { class: "wur-button", download: `${safeFileName(run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run (of the metric shown), as CSV" });
+    this.exportJson = el("a", { class: "wur-button", download: `${safeFileName(run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run (of the metric shown), as JSON" });
     this.canvas = el("canvas", { "data-testid": "wur-heatmap", "data-run": run, tabindex: 0, role: "img" });
     this.marks = el("canvas", { class: "wur-marks", "data-testid": "wur-skipped-marks", "data-run": run, role: "img" });
     this.lineSearch = el("canvas", { class: "wur-ls", "data-testid": "wur-line-search", "data-run": run, role: "img" });
@@ -99,8 +106,7 @@ export class HeatmapBlock {
     };
     const head = el("div", { class: "wur-block-head" },
       this.swatch, el("h3", { text: run }), this.meta, el("span", { class: "wur-spacer" }),
-      el("a", { class: "wur-button", href: api.exportUrl(run, "csv"), download: `${safeFileName(run)}-wur.csv`, "data-testid": "wur-export-csv", text: "CSV", title: "Every logged ratio of this run, as CSV" }),
-      el("a", { class: "wur-button", href: api.exportUrl(run, "json"), download: `${safeFileName(run)}-wur.json`, "data-testid": "wur-export-json", text: "JSON", title: "Every logged ratio of this run, as JSON" }),
+      this.exportCsv, this.exportJson,
       button("CSV of view", "wur-export-view", "The cells shown (filtered layers, zoomed range, binned columns), as CSV", () => host.exportView(this, "csv")),
       button("JSON of view", "wur-export-view-json", "The cells shown (filtered layers, zoomed range, binned columns), as JSON", () => host.exportView(this, "json")),
       button("PNG", "wur-export-png", "This heatmap as a PNG image", () => host.exportPng(this)),
@@ -126,6 +132,8 @@ export class HeatmapBlock {
     this.width = v.width;
     this.table = v.table;
     this.heldTable = v.heldTable;
+    this.exportCsv.href = api.exportUrl(this.run, "csv", v.metric);
+    this.exportJson.href = api.exportUrl(this.run, "json", v.metric);
     if (rowsChanged) {
       Object.assign(this, blockRows(h, v.runIndex, v.filter, v.grouped, v.collapsed, v.targetLog10));
       this.rowsKey = rowsKey;

@@ -1,7 +1,7 @@
 // The tab's state, its setters and the one-frame commit (uPlot's discipline): a setter changes
 // the state and marks what it made stale; one requestAnimationFrame later, ONE commit redraws
 // what is marked. No setter draws. Pure: no DOM here (the scheduler takes its frame function).
-import type { Comparison, FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
+import { Comparison, DEFAULT_METRIC, FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
 import type { Heatmap } from "./codec";
 import { Band, DEFAULT_BAND } from "./color";
 
@@ -55,6 +55,19 @@ export class Scheduler {
   }
 }
 
+/** The metrics the tab offers a switch between: /runs' top-level `metrics` (absent: the
+ * default metric only); null when that is only the default metric (no switch shown). */
+export function metricChoices(metrics: readonly string[] | undefined): string[] | null {
+  const list = metrics?.length ? [...metrics] : [DEFAULT_METRIC];
+  return list.some((m) => m !== DEFAULT_METRIC) ? list : null;
+}
+
+/** Whether a /runs entry has ratios of `metric` (an entry without `metrics`: the default
+ * metric only). */
+export function runHasMetric(info: RunInfo, metric: string): boolean {
+  return (info.metrics ?? [DEFAULT_METRIC]).includes(metric);
+}
+
 export interface ViewState {
   runs: RunInfo[];
   reservedTags: ReservedTags | null;
@@ -66,6 +79,10 @@ export interface ViewState {
   grouped: boolean;
   collapsed: Set<string>;
   reduction: string;
+  /** the metric of the ratios shown (heatmaps, flags, comparison, detail, export links) */
+  metric: string;
+  /** the metrics to switch between (metricChoices of /runs), null: no switch */
+  metrics: string[] | null;
   zoom: Zoom | null;
   /** the band of the colors and the legend (the default until the user sets one) */
   band: Band;
@@ -93,7 +110,7 @@ export interface ViewState {
 export class Store {
   readonly s: ViewState = {
     runs: [], reservedTags: null, deselected: new Set(), runFilter: null, layerFilter: null, grouped: false,
-    collapsed: new Set(), reduction: "mean_log10", zoom: null, band: { ...DEFAULT_BAND }, flagBand: null, patience: DEFAULT_PATIENCE,
+    collapsed: new Set(), reduction: "mean_log10", metric: DEFAULT_METRIC, metrics: null, zoom: null, band: { ...DEFAULT_BAND }, flagBand: null, patience: DEFAULT_PATIENCE,
     comparePair: null, comparison: null, compareError: null, compareLoading: false,
     selected: null, highlight: null, heatmap: null, flags: [], lineSearch: new Map(), dark: false,
   };
@@ -104,9 +121,13 @@ export class Store {
     this.scheduler.mark(...parts);
   }
 
-  setRuns(runs: RunInfo[], reservedTags: ReservedTags | null): void {
+  /** `metrics`: /runs' top-level list; a metric no run has any more falls back to the
+   * default one. */
+  setRuns(runs: RunInfo[], reservedTags: ReservedTags | null, metrics?: readonly string[]): void {
     this.s.runs = runs;
     this.s.reservedTags = reservedTags;
+    this.s.metrics = metricChoices(metrics);
+    if (!(this.s.metrics ?? [DEFAULT_METRIC]).includes(this.s.metric)) this.s.metric = DEFAULT_METRIC;
     const withLineSearch = new Set(runs.filter((r) => r.has_line_search === true).map((r) => r.run));
     for (const run of [...this.s.lineSearch.keys()]) if (!withLineSearch.has(run)) this.s.lineSearch.delete(run);
     this.mark("runs", "heatmaps", "flags", "detail", "compare");
@@ -143,6 +164,16 @@ export class Store {
   toggleCollapsed(group: string, collapsed = !this.s.collapsed.has(group)): void {
     if (collapsed) this.s.collapsed.add(group); else this.s.collapsed.delete(group);
     this.mark("heatmaps");
+  }
+
+  /** Another metric: everything that shows ratios is stale (its data must be fetched again:
+   * the app's business); the same metric again marks nothing. */
+  setMetric(metric: string): void {
+    if (metric === this.s.metric) return;
+    this.s.metric = metric;
+    this.s.comparison = null;
+    this.s.compareError = null;
+    this.mark("heatmaps", "legend", "zoom", "flags", "detail", "compare");
   }
 
   setReduction(reduction: string): void {
@@ -236,9 +267,11 @@ export class Store {
     return this.matchesFilter(run) && !this.s.deselected.has(run);
   }
 
-  /** Shown runs that hold ratios (a run may hold only histograms or a learning rate). */
+  /** Shown runs that hold ratios of the metric shown (a run may hold only histograms or a
+   * learning rate, or no spectral ratios). */
   heatmapRuns(): string[] {
-    const withRatios = new Set(this.s.runs.filter((r) => r.first_step !== null && r.layers.length).map((r) => r.run));
+    const metric = this.s.metric;
+    const withRatios = new Set(this.s.runs.filter((r) => r.first_step !== null && r.layers.length && runHasMetric(r, metric)).map((r) => r.run));
     return this.selectedRuns().filter((r) => withRatios.has(r));
   }
 

@@ -1,4 +1,5 @@
-// The toolbar: refresh, layer filter, grouping, reduction, zoom (label, reset), band, status.
+// The toolbar: refresh, layer filter, grouping, reduction, metric (when there is a choice), zoom
+// (label, reset), band, status.
 import { Band, DEFAULT_BAND } from "./color";
 import { compileFilter, el } from "./dom";
 import { formatShortRatio, formatStep } from "./format";
@@ -8,11 +9,17 @@ const REDUCTIONS: [string, string][] = [
   ["mean_log10", "geometric mean"], ["max", "max"], ["min", "min"], ["last", "last"],
 ];
 
+/** The switch's label of a metric of /runs (an unknown one: its name). */
+export function metricLabel(metric: string): string {
+  return metric === "frobenius" ? "Frobenius ‖Δw‖/‖w‖" : metric === "spectral" ? "spectral ‖ΔW‖₂/‖W‖₂" : metric;
+}
+
 export interface ToolbarHost {
   refresh(): void;
   setLayerFilter(filter: RegExp | null): void;
   setGrouped(grouped: boolean): void;
   setReduction(reduction: string): void;
+  setMetric(metric: string): void;
   resetZoom(): void;
   /** `explicit` false: the band fields were cleared (the default judgement, the default band's colors) */
   setBand(band: Band, explicit?: boolean): void;
@@ -42,6 +49,8 @@ export class Toolbar {
   private readonly layerFilterHint = el("span", { class: "wur-hint", role: "alert", "data-testid": "wur-filter-error" });
   private readonly groupBox = el("input", { type: "checkbox", "data-testid": "wur-group" });
   private readonly reduction = el("select", { "aria-label": "Reduction of a binned column", "data-testid": "wur-reduction" });
+  private readonly metric = el("select", { "aria-label": "Metric of the ratios", "data-testid": "wur-metric" });
+  private readonly metricField = el("label", { class: "wur-field", hidden: true, title: "Which ratios the heatmaps, flags, comparison, layer detail and export show: Frobenius ‖Δw‖/‖w‖ of every parameter, or the spectral ratio ‖ΔW‖₂/‖W‖₂ of the matrices" }, "Metric", this.metric);
   private readonly zoomLabel = el("span", { class: "wur-meta", "data-testid": "wur-zoom-label" });
   private readonly resetZoom = el("button", { type: "button", "data-testid": "wur-reset-zoom", text: "Reset zoom", disabled: true, title: "Show every step (double-click a heatmap does the same)" });
   private readonly refresh = el("button", { type: "button", "data-testid": "wur-refresh", text: "Refresh", title: "Reload the data" });
@@ -60,6 +69,7 @@ export class Toolbar {
       el("label", { class: "wur-field" }, "Layers", this.layerFilter), this.layerFilterHint,
       el("label", { class: "wur-field", title: "Put the variables of one layer (kernel, bias) under a collapsible header row showing the worst of them" }, this.groupBox, "Group by layer"),
       el("label", { class: "wur-field", title: "How the ratios of a column that holds several logged steps are combined" }, "Bins", this.reduction),
+      this.metricField,
       this.resetZoom, this.zoomLabel,
       el("span", { class: "wur-field", title: "Optional. Empty: the flags use the default judgement (defects whatever the optimizer) and the colors the band 1e-4–1e-2. Set: layers out of the band for `patience` judged steps are flagged too" }, el("label", { text: "Band" }), this.low, "–", this.high), this.bandHint,
       el("label", { class: "wur-field", title: "Judged steps in a row a finding must last before a layer is flagged (not moving, far from its peers, out of the band)" }, "Patience", this.patience), this.patienceHint,
@@ -74,6 +84,7 @@ export class Toolbar {
     });
     this.groupBox.addEventListener("change", () => host.setGrouped(this.groupBox.checked));
     this.reduction.addEventListener("change", () => host.setReduction(this.reduction.value));
+    this.metric.addEventListener("change", () => host.setMetric(this.metric.value));
     this.resetZoom.addEventListener("click", () => host.resetZoom());
     for (const input of [this.low, this.high]) {
       input.addEventListener("change", () => {
@@ -98,6 +109,17 @@ export class Toolbar {
       this.patienceHint.textContent = ok ? "" : patience;
       if (ok) host.setPatience(patience);
     });
+  }
+
+  /** The metric switch: hidden when `metrics` is null (only the default metric), else its
+   * options with `current` chosen. */
+  showMetrics(metrics: readonly string[] | null, current: string): void {
+    this.metricField.hidden = !metrics;
+    const options = metrics ?? [];
+    if ([...this.metric.options].map((o) => o.value).join("\n") !== options.join("\n")) {
+      this.metric.replaceChildren(...options.map((m) => el("option", { value: m, text: metricLabel(m) })));
+    }
+    this.metric.value = current;
   }
 
   clearLayerFilter(): void {

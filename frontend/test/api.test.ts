@@ -13,19 +13,19 @@ function withFetch(handler: (url: string) => Response, body: () => Promise<void>
 
 test("heatmap: asks for the runs, columns, range and reduction; inflates a gzip body the browser left alone", async () => {
   const urls = await withFetch(() => new Response(gzipSync(sample())), async () => {
-    const h = await api.heatmap({ runs: ["a/train", "b"], columns: 700, start: 10, end: 49, reduction: "max" });
+    const h = await api.heatmap({ runs: ["a/train", "b"], columns: 700, start: 10, end: 49, reduction: "max", metric: "frobenius" });
     assert.equal(h.columns, 3);
     assert.equal(h.runs[0].tags[0], "a/kernel");
   });
   assert.deepEqual(urls, ["./heatmap?run=a%2Ftrain&run=b&columns=700&start=10&end=49&reduction=max"]);
   await withFetch(() => new Response(sample()), async () => {
-    assert.equal((await api.heatmap({ runs: ["r"], columns: 5, reduction: "mean_log10" })).end, 29);
+    assert.equal((await api.heatmap({ runs: ["r"], columns: 5, reduction: "mean_log10", metric: "frobenius" })).end, 29);
   });
 });
 
 test("errors carry the status and the server's one-line reason", async () => {
   await withFetch(() => new Response("run 'x' holds no wur data\nmore", { status: 404 }), async () => {
-    await assert.rejects(api.flags("x", null, 5), (e: unknown) => e instanceof HttpError && e.status === 404 && /HTTP 404 — run 'x' holds no wur data$/.test(e.message));
+    await assert.rejects(api.flags("x", null, 5, "frobenius"), (e: unknown) => e instanceof HttpError && e.status === 404 && /HTTP 404 — run 'x' holds no wur data$/.test(e.message));
   });
 });
 
@@ -35,4 +35,22 @@ test("series: TensorBoard's non-finite strings become numbers", async () => {
     assert.ok(Number.isNaN(s.values[0] as number));
     assert.deepEqual(s.values.slice(1), [0.5, Infinity]);
   });
+});
+
+test("metric: the heatmap, series and export of the spectral ratios name it; the default metric goes unnamed", async () => {
+  const urls = await withFetch((url) => (url.startsWith("./heatmap") ? new Response(sample())
+    : new Response('{"run":"r","tag":"t","kind":"ratio","description":"","steps":[],"wall_times":[],"values":[]}')), async () => {
+    await api.heatmap({ runs: ["r"], columns: 5, reduction: "max", metric: "spectral" });
+    await api.series("r", "t", "spectral");
+    await api.series("r", "t", "frobenius");
+    await api.series("r", "lr"); // the learning rate's series: no metric
+  });
+  assert.deepEqual(urls, [
+    "./heatmap?run=r&columns=5&reduction=max&metric=spectral",
+    "./series?run=r&tag=t&metric=spectral",
+    "./series?run=r&tag=t",
+    "./series?run=r&tag=lr",
+  ]);
+  assert.equal(api.exportUrl("a/b", "csv", "spectral"), "./export?run=a%2Fb&format=csv&metric=spectral");
+  assert.equal(api.exportUrl("a/b", "json", "frobenius"), "./export?run=a%2Fb&format=json");
 });

@@ -119,11 +119,15 @@ test("the URLs of /flags (patience), /compare and /suggestions", async () => {
     return url.startsWith("./compare") ? new Response(body) : new Response('{"run":"r","low":1,"high":2,"patience":3,"layers":[]}');
   }) as typeof fetch;
   try {
-    await api.flags("r/x", null, 3); // no band set: the default judgement
-    await api.flags("r/x", { low: 1e-4, high: 1e-2 }, 3);
-    await api.compare({ runA: "a/1", runB: "b", columns: 500, start: 10, end: 20 });
-    await api.compare({ runA: "a", runB: "b", columns: 5 });
-    await api.suggestions("r");
+    await api.flags("r/x", null, 3, "frobenius"); // no band set: the default judgement
+    await api.flags("r/x", { low: 1e-4, high: 1e-2 }, 3, "frobenius");
+    await api.compare({ runA: "a/1", runB: "b", columns: 500, start: 10, end: 20, metric: "frobenius" });
+    await api.compare({ runA: "a", runB: "b", columns: 5, metric: "frobenius" });
+    await api.suggestions("r", "frobenius");
+    // another metric than the default is named; the default one is not (the server's default)
+    await api.flags("r/x", null, 3, "spectral");
+    await api.compare({ runA: "a", runB: "b", columns: 5, metric: "spectral" });
+    await api.suggestions("r", "spectral");
   } finally {
     globalThis.fetch = original;
   }
@@ -133,5 +137,8 @@ test("the URLs of /flags (patience), /compare and /suggestions", async () => {
     "./compare?run_a=a%2F1&run_b=b&columns=500&start=10&end=20",
     "./compare?run_a=a&run_b=b&columns=5",
     "./suggestions?run=r",
+    "./flags?run=r%2Fx&patience=3&metric=spectral",
+    "./compare?run_a=a&run_b=b&columns=5&metric=spectral",
+    "./suggestions?run=r&metric=spectral",
   ]);
 });

@@ -1,4 +1,4 @@
-// The layer detail's data cache: one fetch per (run, tag) until a reload clears it.
+// The layer detail's data cache: one fetch per (run, tag, metric) until a reload clears it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DetailCache, DetailData } from "../src/detail";
@@ -10,44 +10,49 @@ function data(tag: string): DetailData {
 
 test("one fetch per layer; band, theme and zoom redraws ask the cache, not the server", async () => {
   const fetched: string[] = [];
-  const cache = new DetailCache(async (run, tag) => { fetched.push(`${run}|${tag}`); return data(tag); });
-  const a = await cache.get("r", "a");
+  const cache = new DetailCache(async (run, tag, metric) => { fetched.push(`${run}|${tag}|${metric}`); return data(tag); });
+  const a = await cache.get("r", "a", "frobenius");
   assert.equal(a.series.tag, "a");
-  assert.equal(await cache.get("r", "a"), a, "the same data again");
-  await cache.get("r", "b");
-  await cache.get("s", "a");
-  assert.deepEqual(fetched, ["r|a", "r|b", "s|a"]);
-  assert.ok(cache.has("r", "a") && !cache.has("r", "c"));
-  // a run and tag that contain the separator of another key do not collide
-  await cache.get("r|a", "");
+  assert.equal(await cache.get("r", "a", "frobenius"), a, "the same data again");
+  await cache.get("r", "b", "frobenius");
+  await cache.get("s", "a", "frobenius");
+  assert.deepEqual(fetched, ["r|a|frobenius", "r|b|frobenius", "s|a|frobenius"]);
+  assert.ok(cache.has("r", "a", "frobenius") && !cache.has("r", "c", "frobenius"));
+  // another metric of the same layer is fetched on its own, then kept beside the first
+  const spectral = await cache.get("r", "a", "spectral");
+  assert.notEqual(spectral, a);
+  assert.equal(await cache.get("r", "a", "frobenius"), a);
   assert.equal(fetched.length, 4);
+  // a run and tag that contain the separator of another key do not collide
+  await cache.get("r|a", "", "frobenius");
+  assert.equal(fetched.length, 5);
 });
 
 test("concurrent asks share one fetch; a failed fetch is not kept", async () => {
   let calls = 0, fail = true;
   const cache = new DetailCache(async (_run, tag) => { calls++; await new Promise((r) => setTimeout(r, 5)); if (fail) throw new Error("HTTP 500"); return data(tag); });
-  const [x, y] = [cache.get("r", "a"), cache.get("r", "a")];
+  const [x, y] = [cache.get("r", "a", "frobenius"), cache.get("r", "a", "frobenius")];
   await assert.rejects(x, /HTTP 500/);
   await assert.rejects(y, /HTTP 500/);
   assert.equal(calls, 1);
-  assert.equal(cache.has("r", "a"), false, "the failure is not cached");
+  assert.equal(cache.has("r", "a", "frobenius"), false, "the failure is not cached");
   fail = false;
-  assert.equal((await cache.get("r", "a")).series.tag, "a");
+  assert.equal((await cache.get("r", "a", "frobenius")).series.tag, "a");
   assert.equal(calls, 2);
 });
 
 test("clear() (a reload) makes the next ask fetch again; the least recently used go first", async () => {
   let calls = 0;
   const cache = new DetailCache(async (_run, tag) => { calls++; return data(tag); }, 2);
-  await cache.get("r", "a");
+  await cache.get("r", "a", "frobenius");
   cache.clear();
   assert.equal(cache.size, 0);
-  await cache.get("r", "a");
+  await cache.get("r", "a", "frobenius");
   assert.equal(calls, 2);
-  await cache.get("r", "b");
-  await cache.get("r", "a"); // a is now the most recent
-  await cache.get("r", "c"); // evicts b
-  assert.ok(cache.has("r", "a") && cache.has("r", "c") && !cache.has("r", "b"));
+  await cache.get("r", "b", "frobenius");
+  await cache.get("r", "a", "frobenius"); // a is now the most recent
+  await cache.get("r", "c", "frobenius"); // evicts b
+  assert.ok(cache.has("r", "a", "frobenius") && cache.has("r", "c", "frobenius") && !cache.has("r", "b", "frobenius"));
   assert.equal(cache.size, 2);
 });
 

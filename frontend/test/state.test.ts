@@ -2,7 +2,7 @@
 // frame commits everything marked, once.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Part, Scheduler, Store } from "../src/state";
+import { metricChoices, Part, runHasMetric, Scheduler, Store } from "../src/state";
 
 function fakeFrames() {
   const queue: (() => void)[] = [];
@@ -101,4 +101,44 @@ test("the band: the colors' always, the flags' only once the user set it", () =>
   store.setBand({ low: 1e-4, high: 1e-2, target: 1e-3 }, false);
   assert.equal(store.s.flagBand, null);
   assert.equal(store.s.band.low, 1e-4);
+});
+
+test("the metric switch: offered only when /runs has more than the Frobenius ratios", () => {
+  assert.equal(metricChoices(undefined), null, "an older backend: no switch");
+  assert.equal(metricChoices([]), null);
+  assert.equal(metricChoices(["frobenius"]), null);
+  assert.deepEqual(metricChoices(["frobenius", "spectral"]), ["frobenius", "spectral"]);
+  assert.deepEqual(metricChoices(["spectral"]), ["spectral"], "only spectral ratios: still a choice to show");
+});
+
+test("the metric: switching marks every view of ratios, the heatmap runs are those with the metric, a metric gone falls back", () => {
+  const frames = fakeFrames();
+  let dirty: Part[] = [];
+  const store = new Store(new Scheduler((d) => { dirty = [...d].sort() as Part[]; }, frames.frame));
+  const layer = { tag: "k", description: "", first_step: 0, last_step: 9, logged_steps: 10, has_histograms: false };
+  const run = (name: string, metrics?: string[]) => ({ run: name, first_step: 0, last_step: 9, has_learning_rate: false, layers: [layer], metrics });
+  const runs = [run("both", ["frobenius", "spectral"]), run("frob", ["frobenius"]), run("old")];
+  assert.ok(runHasMetric(runs[0], "spectral") && !runHasMetric(runs[1], "spectral"));
+  assert.ok(runHasMetric(runs[2], "frobenius") && !runHasMetric(runs[2], "spectral"), "no metrics: Frobenius only");
+  store.setRuns(runs, null, ["frobenius", "spectral"]);
+  frames.run();
+  assert.equal(store.s.metric, "frobenius");
+  assert.deepEqual(store.s.metrics, ["frobenius", "spectral"]);
+  assert.deepEqual(store.heatmapRuns(), ["both", "frob", "old"]);
+  store.setComparison(null, "stale");
+  frames.run();
+  store.setMetric("spectral");
+  frames.run();
+  assert.deepEqual(dirty, ["compare", "detail", "flags", "heatmaps", "legend", "zoom"]);
+  assert.equal(store.s.compareError, null, "the other metric's comparison goes");
+  assert.deepEqual(store.heatmapRuns(), ["both"]);
+  dirty = [];
+  store.setMetric("spectral");
+  frames.run();
+  assert.deepEqual(dirty, [], "the same metric again marks nothing");
+  // a reload where no run has spectral ratios any more: back to Frobenius, no switch
+  store.setRuns(runs.slice(1), null, ["frobenius"]);
+  assert.equal(store.s.metric, "frobenius");
+  assert.equal(store.s.metrics, null);
+  assert.deepEqual(store.heatmapRuns(), ["frob", "old"]);
 });
