@@ -69,3 +69,10 @@ def test_spectral_benchmark_smoke():
     out = _run("spectral.py", "--frameworks", "jax")
     for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
         assert line in out
+
+
+def test_torch_sharded_benchmark_smoke():
+    out = _run("torch_sharded.py")
+    assert "logged step" in out and "other step" in out
+    for setting in ("none", "ddp", "fsdp2", "tp"):
+        assert any(line.startswith(setting + " ") for line in out.splitlines()), out
