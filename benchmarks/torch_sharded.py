@@ -20,8 +20,10 @@ Variants:
   bare, again   no watch (the second timing is the noise floor)
   logged step   watch(optimizer, model, logdir, every=1) on every rank: every step logged
   other step    watch(..., every=10**9) after its logged step 0: no step logged
+  all_reduce    no training step: one `dist.all_reduce` of 4 + 2 x (number of parameters)
+                float64, the size of watch's collective on a sharded logged step (in ms)
 
-    .venv/bin/python benchmarks/torch_sharded.py [--repeats 9] [--steps 15]
+    .venv/bin/python benchmarks/torch_sharded.py [--repeats 15] [--steps 20]
     .venv/bin/python benchmarks/torch_sharded.py --smoke   # tiny sizes, seconds
 """
 
@@ -44,7 +46,7 @@ import torch.multiprocessing as mp
 from tb_wur_plugin.torch import watch
 
 SETTINGS = ("none", "ddp", "fsdp2", "tp")
-VARIANTS = ("bare", "again", "logged step", "other step")
+VARIANTS = ("bare", "again", "logged step", "other step", "all_reduce")
 WORLD = 2
 BATCH = 64
 
@@ -98,6 +100,7 @@ def time_setting(setting: str, rank: int, logdir: str, rounds: int, steps: int,
 
     for _ in range(3):  # AdamW's state, FSDP2's lazy init, warm caches
         step()
+    sums = torch.zeros(4 + 2 * len(list(model.parameters())), dtype=torch.float64)
     state: dict[str, object] = {}
     runs = iter(range(10**9))
 
@@ -113,20 +116,21 @@ def time_setting(setting: str, rank: int, logdir: str, rounds: int, steps: int,
         state["handle"].remove()
 
     nothing = lambda: None  # noqa: E731
-    table = {"bare": (nothing, nothing), "again": (nothing, nothing),
-             "logged step": (start(1), stop), "other step": (start(10**9), stop)}
+    table = {"bare": (nothing, nothing, step), "again": (nothing, nothing, step),
+             "logged step": (start(1), stop, step), "other step": (start(10**9), stop, step),
+             "all_reduce": (nothing, nothing, lambda: dist.all_reduce(sums))}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     order_rng = random.Random(0)  # the same order on both ranks
     for _ in range(rounds):
         order = list(VARIANTS)
         order_rng.shuffle(order)
         for variant in order:
-            setup, teardown = table[variant]
+            setup, teardown, timed = table[variant]
             setup()
             dist.barrier()
             begin = time.perf_counter()
             for _ in range(steps):
-                step()
+                timed()
             times[variant].append((time.perf_counter() - begin) / steps)
             teardown()
     dist.barrier()
@@ -142,7 +146,7 @@ def report(results: dict[str, dict[str, list[float]]], rounds: int, steps: int,
           f"{steps} steps; rank 0's times; ratio to the same setting's bare step: "
           "median [min-max]")
     header = (f"{'setting':<8} {'bare ms':>8} {'again':>19} {'logged step':>19} "
-              f"{'other step':>19} {'logged-bare ms':>15}")
+              f"{'other step':>19} {'logged-bare ms':>15} {'all_reduce ms':>14}")
     print(header)
     for setting, times in results.items():
         bare = times["bare"]
@@ -152,8 +156,9 @@ def report(results: dict[str, dict[str, list[float]]], rounds: int, steps: int,
             cells.append(f"{statistics.median(ratios):.3f} "
                          f"[{min(ratios):.2f}-{max(ratios):.2f}]")
         extra = 1e3 * (statistics.median(times["logged step"]) - statistics.median(bare))
+        collective = 1e3 * statistics.median(times["all_reduce"])
         print(f"{setting:<8} {1e3 * statistics.median(bare):>8.2f} "
-              + " ".join(f"{c:>19}" for c in cells) + f" {extra:>15.2f}")
+              + " ".join(f"{c:>19}" for c in cells) + f" {extra:>15.2f} {collective:>14.3f}")
 
 
 def rank_main(rank: int, port: int, settings: tuple[str, ...], rounds: int, steps: int,
@@ -178,8 +183,8 @@ def free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=9, help="rounds per setting")
-    parser.add_argument("--steps", type=int, default=15, help="timed steps per variant")
+    parser.add_argument("--repeats", type=int, default=15, help="rounds per setting")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
     parser.add_argument("--smoke", action="store_true", help="width 32, 2 rounds x 2 steps")
