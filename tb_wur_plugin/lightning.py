@@ -4,9 +4,9 @@
 
     Trainer(callbacks=[WeightUpdateRatioCallback()]).fit(module)
 
-At train start the callback calls `tb_wur_plugin.torch.watch` on each of the trainer's
-optimizers (the parameters that optimizer updates) and removes the handles at train end
-or when the fit raises; tags and values are watch's.
+At train start the callback calls `tb_wur_plugin.torch.watch` on the trainer's optimizers
+(one handle, the parameters they update) and removes it at train end or when the fit
+raises; tags and values are watch's.
 """
 
 from __future__ import annotations
@@ -48,10 +48,12 @@ class WeightUpdateRatioCallback(Callback):
 
     Every `every` optimizer steps (steps 0, every, 2·every, ...), step = `trainer.global_step`
     before the update (a resumed fit continues from the restored global step), automatic
-    and manual optimization alike. One optimizer: its parameters' ratios go into the run
-    directory itself, tags as PyTorch `watch`'s. Several optimizers: optimizer i's
-    parameters go into the run `<log dir>/optimizer_<i>` (a run directory holds one writer
-    of ratios), each counting its own steps from `trainer.global_step` at train start.
+    and manual optimization alike, into the run directory itself. One optimizer: the
+    parameters it updates, tags as PyTorch `watch`'s. Several optimizers (manual
+    optimization, where `trainer.global_step` counts every optimizer's steps): optimizer
+    i's parameters tagged `optimizer_<i>/<tag>`, each optimizer logged at its first update
+    at or after each multiple of `every`, the learning rate beside them optimizer 0's
+    (`watch` with several optimizers).
 
     Args:
       log_dir: where to write when the trainer has no `TensorBoardLogger` (with one, its
@@ -82,7 +84,7 @@ class WeightUpdateRatioCallback(Callback):
                 raise TypeError(f"{name} must be a bool, got {value!r}")
         self.histograms = histograms
         self.spectral = spectral
-        self._handles: list[WatchHandle] = []
+        self._handle: WatchHandle | None = None
 
     def _log_dir(self, trainer: Any) -> str:
         for logger in trainer.loggers:
@@ -100,12 +102,13 @@ class WeightUpdateRatioCallback(Callback):
         if every < 1:
             raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {every}")
         optimizers = list(trainer.optimizers)
-        for i, optimizer in enumerate(optimizers):
-            target = log_dir if len(optimizers) == 1 else os.path.join(log_dir, f"optimizer_{i}")
-            self._handles.append(watch(optimizer, _Updated(pl_module, optimizer), target,
-                                       every=every, histograms=self.histograms,
-                                       first_step=int(trainer.global_step),
-                                       spectral=self.spectral))
+        if not optimizers:
+            return
+        # One optimizer: the parameters it updates; several: watch keeps each one's own.
+        model = _Updated(pl_module, optimizers[0]) if len(optimizers) == 1 else pl_module
+        self._handle = watch(optimizers if len(optimizers) > 1 else optimizers[0], model,
+                             log_dir, every=every, histograms=self.histograms,
+                             first_step=int(trainer.global_step), spectral=self.spectral)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._remove()
@@ -114,6 +117,6 @@ class WeightUpdateRatioCallback(Callback):
         self._remove()
 
     def _remove(self) -> None:
-        handles, self._handles = self._handles, []
-        for handle in handles:
+        handle, self._handle = self._handle, None
+        if handle is not None:
             handle.remove()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ __all__ = ["watch", "WatchHandle"]
 
 
 def watch(
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
     model: torch.nn.Module,
     log_dir_or_writer: Any,
     every: int = 100,
@@ -61,6 +61,14 @@ def watch(
     in float64; a sum that may have overflowed or underflowed is taken again exactly) and
     copies 2 floats per parameter to the host; the learning rate of the first parameter
     group is written beside them. The other steps cost an integer comparison per hook.
+
+    Several optimizers (a list or tuple of two or more, e.g. a GAN's generator and critic,
+    or Lightning's manual optimization): one run, one step count over all their `step()`
+    calls (the first call of any of them is step `first_step`, as Lightning's
+    `trainer.global_step` counts them). Optimizer i logs the parameters of `model` it
+    updates, tags prefixed `optimizer_<i>/`, at its first update at or after each multiple
+    of `every` (so each optimizer logs once per `every` steps although the steps of one
+    optimizer need not be multiples of `every`); the learning rate written is optimizer 0's.
 
     `torch.amp.GradScaler`: a `scaler.step(optimizer)` that skips `optimizer.step()`
     (non-finite gradients) is counted as a step; if logged, it is written as ratio 0 for
@@ -95,11 +103,13 @@ def watch(
     same run directory in this process raises a `RuntimeError` (two step counters in one run
     would log steps twice, and TensorBoard's loaders would drop some). The run directory of
     a writer passed in is its logdir, so passing one writer (or two writers of one
-    directory) to two active handles raises too; `remove()` frees the directory. Log two
-    models into two run directories (e.g. "logs/gan/generator" and "logs/gan/critic").
+    directory) to two active handles raises too; `remove()` frees the directory. Watch the
+    two optimizers of a GAN with one handle (`watch([critic, generator], model, ...)`), or
+    each model into its own run directory ("logs/gan/generator", "logs/gan/critic").
 
     Args:
-      optimizer: any `torch.optim.Optimizer`.
+      optimizer: any `torch.optim.Optimizer`, or a list or tuple of them (see Several
+        optimizers).
       model: the `torch.nn.Module` whose parameters to log.
       log_dir_or_writer: a logdir path (events go into a new file there), a
         `tb_wur_plugin.writer.SummaryWriter`, or a `torch.utils.tensorboard.SummaryWriter`
@@ -109,7 +119,8 @@ def watch(
         |Δw_i| / |w_i| (bucketed on the parameters' device).
       first_step: the step of the first `optimizer.step()` after this call (an int >= 0),
         or None (default): the number of updates the optimizer's state counts (see
-        Resuming), 0 for a fresh optimizer or one that keeps no count.
+        Resuming; several optimizers: the sum of their counts), 0 for a fresh optimizer
+        or one that keeps no count.
       spectral: also write, on logged steps, the spectral update ratio ‖ΔW‖₂ / ‖W‖₂
         (largest singular values) of each parameter of two or more dimensions, viewed as
         the matrix (out, in · prod(kernel)) (`metric="spectral"`, same steps and
@@ -124,7 +135,8 @@ def watch(
     Raises:
       TypeError: an argument of the wrong type (`first_step`: not an int or None).
       ValueError: `every` < 1, `first_step` < 0, a parameter's tag is in the plugin's
-        reserved namespace, or `spectral=True` with a sharded model (FSDP, DTensor).
+        reserved namespace, no optimizer or one twice in the sequence, or a sharded model
+        (FSDP, DTensor) with `spectral=True` or with several optimizers.
       RuntimeError: another active handle (or Keras `WeightUpdateRatioCallback`) of this
         process writes the same run directory.
 
@@ -136,10 +148,7 @@ def watch(
         buffers, restored or from earlier steps) but no count of its updates: steps are
         counted from 0.
     """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
+    optimizers = _optimizers_of(optimizer)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(every, bool) or not isinstance(every, int):
@@ -159,7 +168,9 @@ def watch(
     _check_writer_argument(log_dir_or_writer)
     explicit = first_step is not None
     if first_step is None:
-        first_step = _restored_step(optimizer, stacklevel=3)
+        first_step = 0
+        for o in optimizers:  # a loop: the warning's stacklevel counts no generator frame
+            first_step += _restored_step(o, stacklevel=3)
     sharded = _distributed() and torch_shards.is_sharded(model)
     if sharded and spectral:
         raise ValueError(
@@ -167,16 +178,24 @@ def watch(
             "spectral norm of a sharded matrix needs distributed matrix products; pass "
             "spectral=False, or watch an unsharded (e.g. DDP) model"
         )
+    if sharded and len(optimizers) > 1:
+        raise ValueError(
+            "watch with several optimizers does not support sharded models (FSDP, "
+            "DTensor): watch each optimizer into its own run directory"
+        )
     if sharded:  # every rank counts the same steps (one collective, here only)
         first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
     if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
-        return WatchHandle(optimizer if sharded else None, model, None, False, every,
+        return WatchHandle(optimizers if sharded else [], model, None, False, every,
                            histograms, first_step, sharded)
-    entries = torch_shards.pieces(model) if sharded else _parameters(model)  # tags valid
+    entries = [  # the tags are valid
+        e for i, o in enumerate(optimizers)
+        for e in _entries_of(model, sharded, _Watched(o, i, len(optimizers), first_step, every))
+    ]
     run_dir = _run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
-    handle = WatchHandle(optimizer, model, writer, owned, every, histograms, first_step,
+    handle = WatchHandle(optimizers, model, writer, owned, every, histograms, first_step,
                          sharded, spectral)
     try:
         handle._claim = run_claims.claim(
@@ -205,34 +224,52 @@ class _Pending(NamedTuple):
     learning_rate: float | None
 
 
+class _Watched:
+    """One optimizer of a handle: its index, the next step it logs, its logged step in
+    progress, and (of several optimizers) the parameters it updates and their tag prefix."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int, count: int,
+                 first_step: int, every: int) -> None:
+        self.optimizer = optimizer
+        self.index = index
+        self.next = -(-first_step // every) * every  # the next step to log from
+        self.pending: _Pending | None = None
+        self.prefix = f"optimizer_{index}/" if count > 1 else ""
+        self.updates: set[int] | None = None  # ids of its parameters (several optimizers)
+        if count > 1:
+            self.updates = {id(p) for g in optimizer.param_groups for p in g["params"]}
+
+
 class WatchHandle:
     """What `watch` returns: `remove()` stops logging and frees the run directory. Also a
-    context manager (removed on exit). `steps` is the step of the next `optimizer.step()`:
-    `first_step` plus the steps counted so far. Of a sharded model, the handles of the
-    ranks other than 0 take part in the logged steps' collective and write nothing."""
+    context manager (removed on exit). `steps` is the step of the next `optimizer.step()`
+    (of any of the optimizers): `first_step` plus the steps counted so far. Of a sharded
+    model, the handles of the ranks other than 0 take part in the logged steps' collective
+    and write nothing."""
 
-    def __init__(self, optimizer, model, writer, owns_writer, every, histograms, first_step=0,
-                 sharded=False, spectral=False):
+    def __init__(self, optimizers, model, writer, owns_writer, every, histograms,
+                 first_step=0, sharded=False, spectral=False):
         self.steps = first_step
         self._sharded = sharded
         self._spectral = SpectralState() if spectral else None  # the warm-start vectors
-        self._optimizer = optimizer
         self._model = model
         self._writer = writer
         self._owns_writer = owns_writer
         self._every = every
         self._histograms = histograms
-        self._next = -(-first_step // every) * every  # the next step to log
         self._claim: str | None = None  # the run directory's key in `run_claims`
-        self._pending: _Pending | None = None
         self._warned_nothing = False
+        self._watched = [_Watched(o, i, len(optimizers), first_step, every)
+                         for i, o in enumerate(optimizers)]
         self._hooks = []
-        if optimizer is not None:
-            self._hooks = [
-                optimizer.register_step_pre_hook(self._pre_step),
-                optimizer.register_step_post_hook(self._post_step),
+        for watched in self._watched:
+            self._hooks += [
+                watched.optimizer.register_step_pre_hook(
+                    functools.partial(self._pre_step, watched)),
+                watched.optimizer.register_step_post_hook(
+                    functools.partial(self._post_step, watched)),
             ]
-            _scaler_watch(optimizer, self)
+            _scaler_watch(watched.optimizer, self)
 
     @property
     def active(self) -> bool:
@@ -247,8 +284,9 @@ class WatchHandle:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        self._pending = None
-        _scaler_unwatch(self._optimizer, self)
+        for watched in self._watched:
+            watched.pending = None
+            _scaler_unwatch(watched.optimizer, self)
         if self._writer is None:  # a sharded model's rank other than 0
             return
         try:
@@ -281,51 +319,59 @@ class WatchHandle:
 
     # --- hooks ---------------------------------------------------------------------------
 
-    def _pre_step(self, optimizer, args, kwargs) -> None:
+    def _pre_step(self, watched: _Watched, optimizer, args, kwargs) -> None:
         step = self.steps
         self.steps = step + 1
-        if step == self._next:
-            self._begin(step)
+        if step >= watched.next:
+            self._begin(watched, step)
 
-    def _post_step(self, optimizer, args, kwargs) -> None:
-        if self._pending is None:
+    def _post_step(self, watched: _Watched, optimizer, args, kwargs) -> None:
+        if watched.pending is None:
             return
-        pending, self._pending = self._pending, None
+        pending, watched.pending = watched.pending, None
         if pending.step == self.steps - 1:  # else: that step raised, this is a later one
             self._record(pending)
 
-    def _skipped_step(self) -> None:
-        """A `GradScaler.step` that did not call `optimizer.step()`."""
+    def _skipped_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """A `GradScaler.step(optimizer)` that did not call `optimizer.step()`."""
+        watched = next(w for w in self._watched if w.optimizer is optimizer)
         step = self.steps
         self.steps = step + 1
-        if step != self._next:
+        if step < watched.next:
             return
-        self._next = step + self._every
-        entries = self._entries()
+        watched.next = self._next_logged(step)
+        entries = _entries_of(self._model, self._sharded, watched)
         if not entries:
             self._nothing_to_log()
             return
+        learning_rate = self._learning_rate(watched)
         if self._sharded:
-            self._record_sharded(step, entries, None, _learning_rate(self._optimizer))
+            self._record_sharded(step, entries, None, learning_rate)
             return
         self._write(
             step,
             entries,
             np.zeros(len(entries)),
             [_zero_counts(e.tensor.numel()) for e in entries] if self._histograms else None,
-            _learning_rate(self._optimizer),
+            learning_rate,
             spectral=None if self._spectral is None else {
                 i: 0.0 for i, e in enumerate(entries) if len(e.shape) >= 2},
         )
 
     # --- a logged step -------------------------------------------------------------------
 
-    def _entries(self) -> list[Any]:
-        return torch_shards.pieces(self._model) if self._sharded else _parameters(self._model)
+    def _next_logged(self, step: int) -> int:
+        """The step to log from after logging `step`: the next multiple of `every`."""
+        return (step // self._every + 1) * self._every
 
-    def _begin(self, step: int) -> None:
-        self._next = step + self._every
-        entries = self._entries()
+    @staticmethod
+    def _learning_rate(watched: _Watched) -> float | None:
+        """The learning rate to write beside a logged step: optimizer 0's only."""
+        return _learning_rate(watched.optimizer) if watched.index == 0 else None
+
+    def _begin(self, watched: _Watched, step: int) -> None:
+        watched.next = self._next_logged(step)
+        entries = _entries_of(self._model, self._sharded, watched)
         if not entries:
             self._nothing_to_log()
             return
@@ -337,7 +383,7 @@ class WatchHandle:
                     before[i] = copy
             else:
                 before = torch_math.copies([e.tensor for e in entries])
-        self._pending = _Pending(step, entries, before, _learning_rate(self._optimizer))
+        watched.pending = _Pending(step, entries, before, self._learning_rate(watched))
 
     def _record(self, pending: _Pending) -> None:
         if self._sharded:
@@ -478,16 +524,26 @@ class WatchHandle:
 # --- parameters ----------------------------------------------------------------------------
 
 
-def _parameters(model: torch.nn.Module) -> list[_Entry]:
-    """The parameters of an unsharded model that require grad, with their tags (DDP's and
-    torch.compile's wrapper segments dropped)."""
+def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched) -> list[Any]:
+    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters."""
+    if sharded:  # one optimizer only (watch refuses several)
+        return torch_shards.pieces(model)
+    return _parameters(model, watched.updates, watched.prefix)
+
+
+def _parameters(model: torch.nn.Module, updates: set[int] | None = None,
+                tag_prefix: str = "") -> list[_Entry]:
+    """The parameters of an unsharded model that require grad (and, `updates` given, whose
+    ids are in it), with their tags (DDP's and torch.compile's wrapper segments dropped,
+    `tag_prefix` prepended)."""
     entries = []
     prefix = torch_shards.wrapper_prefix(model)
     for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
+        if not parameter.requires_grad or (updates is not None and id(parameter) not in updates):
             continue
         tag, dtype = torch_shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
-        entries.append(_Entry(tag, parameter.detach(), tuple(parameter.shape), dtype))
+        entries.append(_Entry(tag_prefix + tag, parameter.detach(), tuple(parameter.shape),
+                              dtype))
     return entries
 
 
@@ -510,6 +566,23 @@ def _zero_counts(size: int) -> Counts:
 
 
 # --- the optimizer, the writer, the rank -----------------------------------------------------
+
+
+def _optimizers_of(optimizer: Any) -> list[torch.optim.Optimizer]:
+    """`watch`'s first argument as a list of one or more distinct optimizers."""
+    many = isinstance(optimizer, (list, tuple))
+    optimizers = list(optimizer) if many else [optimizer]
+    for o in optimizers:
+        if not isinstance(o, torch.optim.Optimizer):
+            raise TypeError(
+                "optimizer must be a torch.optim.Optimizer or a list or tuple of them, got "
+                f"{type(o).__name__}{' in the sequence' if many else ''}"
+            )
+    if not optimizers:
+        raise ValueError("optimizer: the sequence of optimizers is empty")
+    if len({id(o) for o in optimizers}) < len(optimizers):
+        raise ValueError("optimizer: the same optimizer appears twice in the sequence")
+    return optimizers
 
 
 def _learning_rate(optimizer: torch.optim.Optimizer) -> float | None:
@@ -629,7 +702,7 @@ def _scaler_watch(optimizer, handle: WatchHandle) -> None:
         result = original(self, optimizer, *args, **kwargs)
         for h, steps in counted:
             if h.steps == steps and h.active:  # optimizer.step() was not called
-                h._skipped_step()
+                h._skipped_step(optimizer)
         return result
 
     step._wur_original = original

@@ -51,6 +51,9 @@ class _Auto(L.LightningModule):
 
 
 class _Manual(L.LightningModule):
+    """Two optimizers stepped by hand: `a`'s every batch, `b`'s every other batch, so that
+    `trainer.global_step` (which counts both) runs 0, 1, 2 | 3 | 4, 5 | 6 | ..."""
+
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
@@ -59,14 +62,16 @@ class _Manual(L.LightningModule):
         self.b = torch.nn.Linear(16, 1)
         self.references: list[UpdateReference] = []
 
-    def training_step(self, batch, _):
+    def training_step(self, batch, index):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.b(torch.tanh(self.a(x))), y)
         self.log("loss", loss)
-        for opt in self.optimizers():
+        opts = self.optimizers()
+        stepped = opts if index % 2 == 0 else opts[:1]
+        for opt in stepped:
             opt.zero_grad()
         self.manual_backward(loss)
-        for opt in self.optimizers():
+        for opt in stepped:
             opt.step()
 
     def configure_optimizers(self):
@@ -75,8 +80,9 @@ class _Manual(L.LightningModule):
 
     def on_train_start(self):
         opts = self.trainer.optimizers
-        self.references = [UpdateReference(opts[0], self.a, prefix="a/"),
-                           UpdateReference(opts[1], self.b, prefix="b/")]
+        step_of = lambda: self.trainer.global_step  # noqa: E731
+        self.references = [UpdateReference(opts[0], self.a, prefix="optimizer_0/a/", step_of=step_of),
+                           UpdateReference(opts[1], self.b, prefix="optimizer_1/b/", step_of=step_of)]
 
 
 def _fit(module, save_dir, max_steps, ckpt_path=None, spectral=False):
@@ -103,14 +109,33 @@ def test_automatic_optimization(tmp_path):
                    module.references[0].at(LOGGED, spectral=True), rtol=1e-3)
 
 
-def test_manual_optimization_two_optimizers(tmp_path):
+def _first_at_or_after_each_multiple(updates: list[int], every: int) -> list[int]:
+    """The steps, among an optimizer's `updates`, at or after each multiple of `every`."""
+    logged, next_multiple = [], 0
+    for step in updates:
+        if step >= next_multiple:
+            logged.append(step)
+            next_multiple = (step // every + 1) * every
+    return logged
+
+
+def test_manual_optimization_two_optimizers_in_one_run(tmp_path):
     module = _Manual()
-    _fit(module, tmp_path, 2 * STEPS)  # global_step counts both optimizers' steps
-    for i, reference in enumerate(module.references):
-        assert reference.step == STEPS
-        run = f"{RUN}/optimizer_{i}"
-        for loader, (got, _) in read_back(str(tmp_path), run, LOGGED[-1]).items():
-            assert_matches(got, reference.at(LOGGED))
+    trainer = _fit(module, tmp_path, 45)  # global_step counts both optimizers' steps
+    a, b = module.references
+    assert trainer.global_step == 45 and len(a.updates) + len(b.updates) == 45
+    assert sorted(a.updates + b.updates) == list(range(45))  # one count over both
+    want = {}
+    for reference in (a, b):
+        logged = _first_at_or_after_each_multiple(reference.updates, EVERY)
+        assert len(logged) == 9, logged  # once per EVERY global steps each
+        want.update(reference.at(logged))
+    assert any(s % EVERY for s in _first_at_or_after_each_multiple(b.updates, EVERY))
+    last = max(max(points) for points in want.values())
+    for loader, (got, scalars) in read_back(str(tmp_path), RUN, last).items():
+        assert_matches(got, want)  # optimizer_0/a/..., optimizer_1/b/... in one run
+        assert "loss" in scalars, (loader, scalars)
+    assert not (tmp_path / RUN / "optimizer_0").exists()
 
 
 def test_resumed_fit_continues_its_steps(tmp_path):

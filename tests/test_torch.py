@@ -8,6 +8,7 @@ import json
 import math
 import os
 import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -451,3 +452,72 @@ def test_a_fused_optimizer_skipping_under_grad_scaler_is_marked(tmp_path):
     events = read_events(str(tmp_path))
     assert [float(v) for _, v, _ in events[metadata.SKIPPED_STEP_TAG]] == [0.0, 1.0, 0.0]
     assert [float(v) == 0 for _, v, _ in events["weight"]] == [False, True, False]
+
+
+def test_several_optimizers_one_run_one_count(tmp_path):
+    """A critic stepped every iteration and a generator every other one, watched together:
+    one run, tags `optimizer_<i>/...` of the parameters each updates, one step count over
+    both optimizers' steps, each logged at its first update at or after each multiple of
+    `every`; the learning rate is optimizer 0's; values against numpy."""
+    from helpers import read_packed
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"critic": torch.nn.Linear(4, 3), "generator": torch.nn.Linear(3, 4)})
+    critic = torch.optim.Adam(model["critic"].parameters(), lr=1e-2)
+    generator = torch.optim.SGD(model["generator"].parameters(), lr=0.3)
+    run = str(tmp_path / "gan")
+    handle = wur_torch.watch([critic, generator], model, run, every=4)
+    want: dict[str, dict[int, float]] = {}
+    step, next_log = 0, {0: 0, 1: 0}
+    for i in range(12):
+        stepped = [(0, critic)] + ([(1, generator)] if i % 2 == 0 else [])
+        for index, optimizer in stepped:
+            optimizer.zero_grad()
+            model["generator"](model["critic"](torch.randn(5, 4))).pow(2).mean().backward()
+            name = "critic" if index == 0 else "generator"
+            before = _snapshot(model[name])
+            optimizer.step()
+            if step >= next_log[index]:
+                next_log[index] = (step // 4 + 1) * 4
+                for n, p in model[name].named_parameters():
+                    old, new = before[n].double().numpy(), p.detach().double().numpy()
+                    want.setdefault(f"optimizer_{index}/{name}/{n}", {})[step] = (
+                        np.linalg.norm(new - old) / np.linalg.norm(old))
+            step += 1
+    assert handle.steps == step == 18
+    handle.remove()
+    packed = read_packed(run)
+    assert sorted(packed.ratios) == sorted(want)
+    for tag, points in want.items():
+        got = dict(packed.ratios[tag])
+        assert sorted(got) == sorted(points), (tag, sorted(got), sorted(points))
+        np.testing.assert_allclose([got[s] for s in sorted(points)],
+                                   [points[s] for s in sorted(points)], rtol=1e-5, err_msg=tag)
+    # steps: critic 0, 2, 3, 5, 6, 8, 9, 11, 12, ...; generator 1, 4, 7, 10, 13, 16
+    assert sorted(want["optimizer_0/critic/weight"]) == [0, 5, 8, 12, 17]
+    assert sorted(want["optimizer_1/generator/weight"]) == [1, 4, 10, 13, 16]
+    with both_loaders(str(tmp_path), {"gan": 17}) as servers:
+        for loader, server in servers.items():
+            lr = server.get_json("/data/plugin/wur/series?run=gan&tag="
+                                 + urllib.parse.quote(metadata.LEARNING_RATE_TAG))
+            assert lr["steps"] == [0, 5, 8, 12, 17], loader
+            np.testing.assert_allclose(lr["values"], 1e-2, rtol=1e-6, err_msg=loader)
+
+
+def test_several_optimizers_bad_sequences(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="empty"):
+        wur_torch.watch([], model, str(tmp_path))
+    with pytest.raises(ValueError, match="twice"):
+        wur_torch.watch((sgd, sgd), model, str(tmp_path))
+    with pytest.raises(TypeError, match="in the sequence"):
+        wur_torch.watch([sgd, model], model, str(tmp_path))
+    assert not os.listdir(tmp_path)  # no file opened
+    with wur_torch.watch([sgd], model, str(tmp_path / "one")) as handle:  # one: as watch(sgd)
+        model(torch.ones(1, 2)).sum().backward()
+        sgd.step()
+    from helpers import read_packed
+
+    assert sorted(read_packed(str(tmp_path / "one")).ratios) == ["bias", "weight"]
+    assert handle.steps == 1

@@ -12,13 +12,15 @@ from framework_servers import both_loaders, export
 
 class UpdateReference:
     """{tag: {step: ratio}} of every `optimizer.step()` of `model`'s trainable parameters,
-    steps counted from `first_step`; `prefix` goes before each tag. `spectral`: the same of
+    steps counted from `first_step` (or, `step_of` given, the step it returns before each
+    update); `prefix` goes before each tag. `spectral`: the same of
     ‖ΔW‖₂ / ‖W‖₂ (numpy's SVD, the parameter viewed as (out, everything else)) of the
     parameters of two or more dimensions."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 first_step: int = 0, prefix: str = "") -> None:
-        self.model, self.step, self.prefix = model, first_step, prefix
+                 first_step: int = 0, prefix: str = "", step_of=None) -> None:
+        self.model, self.step, self.prefix, self.step_of = model, first_step, prefix, step_of
+        self.updates: list[int] = []  # the step of each update
         self.ratios: dict[str, dict[int, float]] = {}
         self.spectral: dict[str, dict[int, float]] = {}
         self._before: dict[str, np.ndarray] = {}
@@ -29,6 +31,8 @@ class UpdateReference:
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
 
     def _pre(self, *_):
+        if self.step_of is not None:
+            self.step = int(self.step_of())
         self._before = {n: p.detach().double().numpy().copy() for n, p in self._params()}
 
     def _post(self, *_):
@@ -44,6 +48,7 @@ class UpdateReference:
                 update = (after - before).reshape(matrix.shape)
                 self.spectral.setdefault(tag, {})[self.step] = (
                     np.linalg.norm(update, 2) / np.linalg.norm(matrix, 2))
+        self.updates.append(self.step)
         self.step += 1
 
     def remove(self) -> None:
