@@ -111,9 +111,10 @@ def test_torch_kernel_on_training_steps(optimizer):
 def test_torch_kernel_cold_and_warm_start(monkeypatch):
     """A random square matrix (σ₂/σ₁ ≈ 0.99) from a cold start; then, warm-started from the
     vector it found (plus the cold start vector: `spectral.warm_start`), the same matrix
-    again takes at most half the rounds."""
+    again takes at most half the rounds. (Too many columns for the Gram matrix.)"""
     rng = np.random.default_rng(3)
-    matrix = torch.tensor(rng.standard_normal((384, 384)), dtype=torch.float32)
+    matrix = torch.tensor(rng.standard_normal((600, 600)), dtype=torch.float32)
+    assert not torch_spectral.uses_gram(tuple(matrix.shape))
     expected = np.linalg.norm(matrix.double().numpy(), 2)
     rounds = []
     top = spectral.bidiagonal_top
@@ -126,8 +127,41 @@ def test_torch_kernel_cold_and_warm_start(monkeypatch):
     assert abs(cold / expected - 1) <= TOLERANCE and abs(warm / expected - 1) <= TOLERANCE
     assert len(rounds) <= cold_rounds // 2
     # a shape that changed starts cold
-    assert state.get(("m", "weights"), (384, 384)) is not None
-    assert state.get(("m", "weights"), (384, 383)) is None
+    assert state.get(("m", "weights"), (600, 600)) is not None
+    assert state.get(("m", "weights"), (600, 599)) is None
+
+
+def test_torch_kernel_tall_matrices_on_their_gram_matrix(monkeypatch):
+    """Tall matrices (an embedding, a feed-forward kernel taken transposed) go through the
+    Gram matrix's Lanczos iterations: σ₁ within the tolerance of numpy's SVD for a
+    near-degenerate top, a rank-deficient update (rows not updated) and a zero matrix; a
+    warm start takes at most half the cold start's rounds; wide and square ones do not."""
+    assert torch_spectral.uses_gram((1024, 256)) and torch_spectral.uses_gram((384, 384))
+    assert torch_spectral.uses_gram((2048, 1024))
+    assert not torch_spectral.uses_gram((1000, 1000)) and not torch_spectral.uses_gram((1500, 800))
+    assert not torch_spectral.uses_gram((8192, 2048))  # too many columns
+    rounds = []
+    top = spectral.tridiagonal_top
+    monkeypatch.setattr(spectral, "tridiagonal_top",
+                        lambda a, b: rounds.append(a.shape[1]) or top(a, b))
+    rng = np.random.default_rng(4)
+    random = rng.standard_normal((1024, 256))  # σ₂/σ₁ ≈ 0.98
+    sparse = np.zeros((1024, 256))
+    sparse[rng.choice(1024, 40, replace=False)] = rng.standard_normal((40, 256)) * 1e-3
+    matrices = [torch.tensor(m, dtype=torch.float32) for m in (random, sparse, 0 * random)]
+    keys = [("random", "weights"), ("sparse", "update"), ("zero", "update")]
+    expected = [np.linalg.norm(m.double().numpy(), 2) for m in matrices]
+    state = spectral.SpectralState()
+    cold = torch_spectral.top_singular_values(matrices, keys, state)
+    cold_rounds, rounds[:] = len(rounds), []
+    warm = torch_spectral.top_singular_values(matrices, keys, state)
+    for got in (cold, warm):
+        np.testing.assert_allclose(got[:2], expected[:2], rtol=TOLERANCE)
+        assert got[2] == 0.0
+    assert cold_rounds > 1 and len(rounds) <= cold_rounds // 2
+    ratios = torch_spectral.spectral_ratios(  # (256, 1024) in PyTorch's layout: transposed
+        ["ff"], [matrices[0].T.contiguous()], [matrices[1].T.contiguous()], state)
+    assert rounds and ratios[0] == pytest.approx(expected[1] / expected[0], rel=TOLERANCE)
 
 
 def test_torch_kernel_conventions_and_small_matrices():

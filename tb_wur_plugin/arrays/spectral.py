@@ -124,11 +124,43 @@ def bidiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, n
     return top, np.where(finite[:, None], right[:, 0, :], 0.0)
 
 
+def tridiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The largest eigenvalue of each symmetric tridiagonal T_k (the Lanczos matrix of a Gram
+    matrix MᵀM) and its eigenvector.
+
+    Args:
+      alphas: float[b, k], the diagonals of the b matrices T_k.
+      betas: float[b, k], their off-diagonals (the first k − 1 are used).
+
+    Returns:
+      (float64[b] largest eigenvalues, float64[b, k] their unit eigenvectors); NaN and
+      zeros for a T_k that is not finite.
+    """
+    alphas = np.asarray(alphas, np.float64)
+    betas = np.asarray(betas, np.float64)
+    b, k = alphas.shape
+    finite = np.isfinite(alphas).all(1) & np.isfinite(betas[:, : k - 1]).all(1)
+    matrices = np.zeros((b, k, k))
+    index = np.arange(k)
+    off = np.where(finite[:, None], betas[:, : k - 1], 0.0)
+    matrices[:, index, index] = np.where(finite[:, None], alphas, 0.0)
+    matrices[:, index[:-1], index[1:]] = off
+    matrices[:, index[1:], index[:-1]] = off
+    values, vectors = np.linalg.eigh(matrices)  # ascending
+    top = np.where(finite, values[:, -1], np.nan)
+    return top, np.where(finite[:, None], vectors[:, :, -1], 0.0)
+
+
+def settled(previous: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Which estimates have settled (bool[b]): grew by at most INCREMENT_TOLERANCE
+    (relative) since the previous round, or are 0 or not finite."""
+    grown = (current - previous <= INCREMENT_TOLERANCE * current) | (current == 0)
+    return grown | ~np.isfinite(current)
+
+
 def converged(previous: np.ndarray, current: np.ndarray) -> bool:
-    """Whether every estimate has settled: grew by at most INCREMENT_TOLERANCE (relative)
-    since the previous round, or is 0 or not finite."""
-    settled = (current - previous <= INCREMENT_TOLERANCE * current) | (current == 0)
-    return bool(np.all(settled | ~np.isfinite(current)))
+    """Whether every estimate has settled (`settled`)."""
+    return bool(np.all(settled(previous, current)))
 
 
 class SpectralState:

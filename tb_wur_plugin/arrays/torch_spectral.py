@@ -1,7 +1,14 @@
 """Spectral update ratios ‖ΔW‖₂ / ‖W‖₂ of PyTorch tensors, on their device: the
 Golub–Kahan–Lanczos iterations of `arrays.spectral`, batched over the matrices of one shape
 (`torch.bmm`), warm-started from a `spectral.SpectralState`. Used by `tb_wur_plugin.torch`
-and the Keras PyTorch backend. Imports no TensorFlow module."""
+and the Keras PyTorch backend. Imports no TensorFlow module.
+
+Matrices of few columns once oriented (`uses_gram`) take the equivalent symmetric Lanczos
+iterations on their Gram matrix MᵀM (n × n, one matrix product each), whose largest
+eigenvalue is σ₁²: the same Krylov space from the same start vector, so the same
+iterations and stopping rule, but each iteration reads an n × n matrix once instead of an
+m × n matrix twice, and the matrices are not stacked (copied) into a batch.
+(benchmarks/RESULTS.md, "Spectral update ratios".)"""
 
 from __future__ import annotations
 
@@ -16,6 +23,12 @@ from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 # Matrices of up to this many elements are stacked (copied) into one batch per shape;
 # larger ones are iterated one at a time, without a copy.
 STACKED_MAX_ELEMENTS = 1 << 20
+# Oriented matrices (rows >= columns) of at most GRAM_COLUMNS columns, or of at most
+# GRAM_TALL_COLUMNS columns and at least twice as many rows, are iterated on their Gram
+# matrix (its product costs ~ rows · columns² once; the iterations save ~ rows · columns
+# each).
+GRAM_COLUMNS = 512
+GRAM_TALL_COLUMNS = 1024
 
 WEIGHTS, UPDATE = "weights", "update"
 
@@ -76,10 +89,14 @@ def top_singular_values(
             groups.setdefault((tuple(matrix.shape), matrix.dtype, matrix.device), []).append(i)
     for indices in groups.values():
         shape = tuple(matrices[indices[0]].shape)
-        batch = (matrices[indices[0]][None] if len(indices) == 1
-                 else torch.stack([matrices[i] for i in indices]))
         starts = [state.get(keys[i], shape) for i in indices]
-        values, vectors = _lanczos(batch, starts)
+        if uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
+            grams = torch.stack([matrices[i].mT @ matrices[i] for i in indices])
+            values, vectors = _gram_lanczos(grams, shape[0], starts)
+        else:
+            batch = (matrices[indices[0]][None] if len(indices) == 1
+                     else torch.stack([matrices[i] for i in indices]))
+            values, vectors = _lanczos(batch, starts)
         for j, i in enumerate(indices):
             sigmas[i] = values[j]
             if np.isfinite(values[j]):
@@ -87,8 +104,72 @@ def top_singular_values(
     return sigmas
 
 
+def uses_gram(shape: tuple[int, ...]) -> bool:
+    """Whether an oriented matrix of `shape` is iterated on its Gram matrix."""
+    rows, columns = shape
+    return columns <= GRAM_COLUMNS or (columns <= GRAM_TALL_COLUMNS and rows >= 2 * columns)
+
+
 def _work(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()
+
+
+def _start(batch: torch.Tensor, starts: list[torch.Tensor | None]) -> torch.Tensor:
+    """The unit start vectors [b, n] of the matrices `batch` [b, m, n] (or of their Gram
+    matrices [b, n, n]): warm where given."""
+    like = dict(dtype=batch.dtype, device=batch.device)
+    cold = torch.as_tensor(spectral.cold_start(batch.shape[2]), **like)
+    start = torch.stack([
+        cold if s is None else spectral.warm_start(s.to(**like), cold) for s in starts
+    ])
+    return start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
+
+
+def _gram_lanczos(
+    gram: torch.Tensor, rows: int, starts: list[torch.Tensor | None]
+) -> tuple[np.ndarray, torch.Tensor]:
+    """As `_lanczos`, by symmetric Lanczos iterations (full reorthogonalisation) on the
+    Gram matrices `gram` [b, n, n] = MᵀM of matrices M of `rows` rows: σ₁ = √λ₁. A matrix
+    whose estimate has settled (`spectral.settled`) leaves the batch after its round."""
+    b, _, n = gram.shape
+    limit = spectral.krylov_limit(rows, n)
+    like = dict(dtype=gram.dtype, device=gram.device)
+    basis = torch.zeros(b, limit + 1, n, **like)  # V
+    basis[:, 0] = _start(gram, starts)
+    sigmas, tops = np.zeros(b), torch.zeros(b, n, **like)
+    active = np.arange(b)  # the batch's rows: which matrices are still iterated
+    diagonal = upper = torch.zeros(b, 0, **like)
+    previous = np.zeros(b)
+    k = 0
+    while True:
+        alphas, betas = [], []
+        for _ in range(min(spectral.ROUND, limit - k)):
+            w = torch.bmm(gram, basis[:, k, :, None])[..., 0]
+            alphas.append((w * basis[:, k]).sum(1, keepdim=True))
+            w = _orthogonalised(w, basis[:, : k + 1])
+            betas.append(torch.linalg.vector_norm(w, dim=1, keepdim=True))
+            basis[:, k + 1] = w / _safe(betas[-1])
+            k += 1
+        diagonal = torch.cat([diagonal, *alphas], 1)
+        upper = torch.cat([upper, *betas], 1)
+        eigenvalue, y = spectral.tridiagonal_top(diagonal.cpu().numpy(), upper.cpu().numpy())
+        sigma = np.sqrt(np.maximum(eigenvalue, 0.0))  # NaN stays NaN
+        done = spectral.settled(previous, sigma) | (k >= limit)
+        if done.any():
+            finished = np.flatnonzero(done)
+            index = torch.as_tensor(finished, device=gram.device)
+            top = torch.einsum("bk,bkn->bn", torch.as_tensor(y[finished], **like),
+                               basis[index, :k])
+            sigmas[active[finished]] = sigma[finished]
+            tops[torch.as_tensor(active[finished], device=gram.device)] = top / _safe(
+                torch.linalg.vector_norm(top, dim=1, keepdim=True))
+            kept = np.flatnonzero(~done)
+            if not kept.size:
+                return sigmas, tops
+            index = torch.as_tensor(kept, device=gram.device)
+            gram, basis, diagonal, upper = (t[index] for t in (gram, basis, diagonal, upper))
+            active, sigma = active[kept], sigma[kept]
+        previous = sigma
 
 
 def _lanczos(
@@ -99,11 +180,7 @@ def _lanczos(
     b, m, n = batch.shape
     limit = spectral.krylov_limit(m, n)
     like = dict(dtype=batch.dtype, device=batch.device)
-    cold = torch.as_tensor(spectral.cold_start(n), **like)
-    start = torch.stack([
-        cold if s is None else spectral.warm_start(s.to(**like), cold) for s in starts
-    ])
-    start = start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
+    start = _start(batch, starts)
     right = torch.zeros(b, limit + 1, n, **like)  # V: the right Krylov basis
     left = torch.zeros(b, limit, m, **like)  # U
     right[:, 0] = start
