@@ -52,16 +52,16 @@ def shard(setting: str, model: torch.nn.Sequential) -> torch.nn.Module:
     )
 
     plan = {"0": ColwiseParallel(use_local_output=False), "2": RowwiseParallel()}
-    if setting in ("fsdp2", "scaler_agreed", "scaler_disagree"):
+    if setting in ("fsdp2", "scaler_agreed"):
         fully_shard(model[0])
         fully_shard(model[2])
         return fully_shard(model)  # the root holds the last layer
-    if setting in ("fsdp1_orig", "fsdp1_flat"):
+    if setting in ("fsdp1_orig", "fsdp1_flat", "scaler_disagree"):
         policy = functools.partial(
             lambda_auto_wrap_policy, lambda_fn=lambda m: m is model[0] or m is model[2])
         return FullyShardedDataParallel(
             model, auto_wrap_policy=policy, device_id=torch.device("cpu"),
-            use_orig_params=setting == "fsdp1_orig",
+            use_orig_params=setting == "fsdp1_orig",  # flat: plain tensors, as their grads
         )
     if setting == "tp":  # the last layer stays a plain tensor on both ranks
         return parallelize_module(model, init_device_mesh("cpu", (2,)), plan)
@@ -117,6 +117,8 @@ def run_setting(setting: str, rank: int, logdir: str, out_dir: str) -> None:
 
         scaler = ShardedGradScaler("cpu", init_scale=2.0**8)
     elif setting == "scaler_disagree":
+        # A plain GradScaler over FSDP1's flat (plain tensor) gradients checks only this
+        # rank's shards: rank 1 skips SCALER_INF_AT while rank 0 steps (a real split).
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
     every = EVERY.get(setting, 1)
     refused = None
@@ -141,7 +143,8 @@ def run_setting(setting: str, rank: int, logdir: str, out_dir: str) -> None:
             before = full_parameters(model) if step % every == 0 else None
             if scaler is not None:
                 if step == SCALER_INF_AT and rank == 1:
-                    _local_gradient(next(model.parameters())).view(-1)[0] = math.inf
+                    next(g for g in map(_local_gradient, model.parameters())
+                         if g is not None and g.numel()).view(-1)[0] = math.inf
                 scaler.step(optimizer)
                 scaler.update()
             else:
