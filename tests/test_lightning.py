@@ -1,11 +1,19 @@
 """tb_wur_plugin.lightning.WeightUpdateRatioCallback (issue 26 §2): automatic optimization,
-manual optimization with two optimizers, and a fit resumed from a checkpoint; ratios against
+manual optimization with two optimizers, a fit resumed from a checkpoint, and DDP on two
+processes; ratios against
 a numpy reference of the parameters around each update (the torch optimizers' own step
 hooks), steps = trainer.global_step before the update, read back through both TensorBoard
 loaders in the TensorBoardLogger's run directory beside its own scalars."""
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -150,6 +158,28 @@ def test_resumed_fit_continues_its_steps(tmp_path):
     want = first.references[0].at([s for s in LOGGED if s < half])
     for tag, points in second.references[0].at([s for s in LOGGED if s >= half]).items():
         want[tag] = {**want[tag], **points}
+    for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
+        assert_matches(got, want)
+        assert "loss" in scalars, (loader, scalars)
+
+
+def test_ddp_two_processes_write_once(tmp_path):
+    """strategy="ddp_spawn" on 2 CPU processes: each rank's callback watches, rank 0 alone
+    writes one event file of ratios (beside the logger's own), equal to the reference of
+    the full parameters (every rank holds them under DDP), steps = trainer.global_step."""
+    out = str(tmp_path / "result.json")
+    worker = os.path.join(os.path.dirname(__file__), "lightning_ddp_worker.py")
+    subprocess.run([sys.executable, worker, str(tmp_path), str(STEPS), str(EVERY), out],
+                   check=True, timeout=300, capture_output=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    ranks = [json.load(open(f"{out}.rank_{r}")) for r in (0, 1)]
+    assert [r["global_step"] for r in ranks] == [STEPS, STEPS]
+    for tag, points in ranks[0]["ratios"].items():  # DDP: the same updates on both ranks
+        np.testing.assert_allclose([ranks[1]["ratios"][tag][s] for s in points],
+                                   list(points.values()), rtol=1e-5, err_msg=tag)
+    files = glob.glob(str(tmp_path / RUN / "events.out.tfevents.*"))
+    assert len([f for f in files if f.endswith(".wur")]) == 1, files
+    want = {t: {s: p[str(s)] for s in LOGGED} for t, p in ranks[0]["ratios"].items()}
     for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
         assert_matches(got, want)
         assert "loss" in scalars, (loader, scalars)
