@@ -2,11 +2,18 @@
 from a config trained by `Trainer` (gradient accumulation 2, logging_steps=5); ratios
 against a numpy reference of the parameters around each update (the torch optimizer's own
 step hooks), steps = global_step before the update, read back through both TensorBoard
-loaders in the same run directory as the Trainer's own scalars; resumed from a checkpoint."""
+loaders in the same run directory as the Trainer's own scalars; resumed from a checkpoint;
+DDP on two processes."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import subprocess
+import sys
+
+import numpy as np
 
 import pytest
 
@@ -104,3 +111,34 @@ def test_bad_arguments():
         WeightUpdateRatioCallback(every=0)
     with pytest.raises(TypeError, match="every"):
         WeightUpdateRatioCallback(every=2.5)
+
+
+def test_ddp_two_processes_write_once(tmp_path):
+    """`torch.distributed.run` with 2 CPU processes (gloo, accelerate's DDP): each rank's
+    callback watches, rank 0 alone writes one event file of ratios into the Trainer's own
+    TensorBoard directory, equal to the full parameters' reference (every rank holds them),
+    steps = global_step before the update."""
+    steps = 20
+    out = str(tmp_path / "result.json")
+    worker = os.path.join(os.path.dirname(__file__), "transformers_ddp_worker.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         worker, str(tmp_path / "out"), str(steps), str(LOGGING), out],
+        timeout=300, capture_output=True, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.load(open(f"{out}.rank_{r}")) for r in (0, 1)]
+    assert [r["global_step"] for r in ranks] == [steps, steps]
+    for tag, points in ranks[0]["ratios"].items():  # DDP: the same updates on both ranks
+        np.testing.assert_allclose([ranks[1]["ratios"][tag][s] for s in points],
+                                   list(points.values()), rtol=1e-5, err_msg=tag)
+    (run_dir,) = glob.glob(str(tmp_path / "out" / "runs" / "*"))
+    files = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+    assert len([f for f in files if f.endswith(".wur")]) == 1, files
+    logged = list(range(0, steps, LOGGING))
+    want = {t: {s: p[str(s)] for s in logged} for t, p in ranks[0]["ratios"].items()}
+    run = "out/runs/" + os.path.basename(run_dir)
+    for loader, (got, scalars) in read_back(str(tmp_path), run, logged[-1]).items():
+        assert_matches(got, want)
+        assert "train/loss" in scalars, (loader, scalars)
