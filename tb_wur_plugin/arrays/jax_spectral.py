@@ -1,7 +1,9 @@
 """Spectral update ratios ‖ΔW‖₂ / ‖W‖₂ of JAX arrays, on their device: the Golub–Kahan–Lanczos
 iterations of `arrays.spectral`, batched over the matrices of one shape, one jitted call per
-round of iterations, warm-started from a `spectral.SpectralState`. Used by
-`tb_wur_plugin.jax` and the Keras JAX backend. Imports no TensorFlow module."""
+round of iterations, warm-started from a `spectral.SpectralState`; matrices of few columns
+(`spectral.uses_gram`) by the equivalent symmetric Lanczos iterations on their Gram
+matrices MᵀM (σ₁ = √λ₁). Used by `tb_wur_plugin.jax` and the Keras JAX backend. Imports
+no TensorFlow module."""
 
 from __future__ import annotations
 
@@ -78,13 +80,18 @@ def top_singular_values(
             groups.setdefault((shape, jnp.result_type(array)), []).append(i)
     for indices in groups.values():
         shape = matrices[indices[0]][1]
-        batch = _stacked([matrices[i][0] for i in indices], shape)
-        starts = [state.get(keys[i], batch.shape[1:]) for i in indices]
-        values, vectors = _lanczos(batch, starts)
+        oriented = spectral.oriented(shape)
+        starts = [state.get(keys[i], oriented) for i in indices]
+        if spectral.uses_gram(oriented):
+            grams = _grams([matrices[i][0] for i in indices], shape)
+            values, vectors = _gram_lanczos(grams, oriented[0], starts)
+        else:
+            batch = _stacked([matrices[i][0] for i in indices], shape)
+            values, vectors = _lanczos(batch, starts)
         for j, i in enumerate(indices):
             sigmas[i] = values[j]
             if np.isfinite(values[j]):
-                state.put(keys[i], batch.shape[1:], vectors[j])
+                state.put(keys[i], oriented, vectors[j])
     return sigmas
 
 
@@ -97,17 +104,83 @@ def _stacked(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
     return jnp.stack(matrices)
 
 
+@functools.partial(jax.jit, static_argnames="shape")
+def _grams(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
+    """The Gram matrices MᵀM [b, n, n] of the arrays viewed as matrices of `shape`,
+    `spectral.oriented` (MMᵀ of the matrix as viewed when it has more columns than rows)."""
+    matrices = [work(a).reshape(shape) for a in arrays]
+    if shape[1] > shape[0]:
+        return jnp.stack([m @ m.T for m in matrices])
+    return jnp.stack([m.T @ m for m in matrices])
+
+
+def _start(starts: list, n: int, dtype) -> jax.Array:
+    """The start vectors [b, n] (not normalised): warm where given, else the cold one."""
+    cold = jnp.asarray(spectral.cold_start(n), dtype)
+    return jnp.stack([
+        cold if s is None else spectral.warm_start(jnp.asarray(s, dtype), cold)
+        for s in starts
+    ])
+
+
+def _gram_lanczos(grams: jax.Array, rows: int, starts: list) -> tuple[np.ndarray, jax.Array]:
+    """As `_lanczos`, by symmetric Lanczos iterations (full reorthogonalisation) on the
+    Gram matrices `grams` [b, n, n] of matrices of `rows` rows: σ₁ = √λ₁."""
+    b, _, n = grams.shape
+    limit = spectral.krylov_limit(rows, n)
+    carry = _gram_initial(_start(starts, n, grams.dtype), limit)
+    previous = np.zeros(b)
+    k = 0
+    while True:
+        count = min(spectral.ROUND, limit - k)
+        carry = _gram_round(grams, carry, k, count)
+        k += count
+        alphas, betas = jax.device_get((carry[1][:, :k], carry[2][:, :k]))
+        eigenvalue, y = spectral.tridiagonal_top(alphas, betas)
+        sigma = np.sqrt(np.maximum(eigenvalue, 0.0))  # NaN stays NaN
+        if k >= limit or spectral.converged(previous, sigma):
+            break
+        previous = sigma
+    padded = np.zeros((b, limit + 1))
+    padded[:, :k] = y
+    return sigma, _combined(carry[0], jnp.asarray(padded, grams.dtype))
+
+
+@functools.partial(jax.jit, static_argnames="limit")
+def _gram_initial(start: jax.Array, limit: int) -> tuple:
+    """The carry of the Gram iterations: the basis V [b, limit + 1, n] holding the
+    normalised start vectors, α and β [b, limit]."""
+    b, n = start.shape
+    start = start / _safe(jnp.linalg.norm(start, axis=1, keepdims=True))
+    basis = jnp.zeros((b, limit + 1, n), start.dtype).at[:, 0].set(start)
+    return basis, jnp.zeros((b, limit), start.dtype), jnp.zeros((b, limit), start.dtype)
+
+
+@functools.partial(jax.jit, static_argnames="count")
+def _gram_round(grams: jax.Array, carry: tuple, k: int, count: int) -> tuple:
+    """`count` symmetric Lanczos iterations from iteration `k` on (full reorthogonalisation
+    against the whole padded basis: its rows not filled yet are zero)."""
+
+    def iteration(j, carry):
+        basis, alphas, betas = carry
+        w = jnp.einsum("bmn,bn->bm", grams, basis[:, j])
+        alphas = alphas.at[:, j].set(jnp.sum(w * basis[:, j], axis=1))
+        scale = jnp.max(alphas, axis=1, keepdims=True)  # the largest Rayleigh quotient
+        w = _orthogonalised(w, basis)
+        beta = jnp.linalg.norm(w, axis=1, keepdims=True)
+        beta = jnp.where(beta > spectral.GRAM_BREAKDOWN * scale, beta, 0.0)
+        basis = basis.at[:, j + 1].set(jnp.where(beta > 0, w / _safe(beta), 0.0))
+        return basis, alphas, betas.at[:, j].set(beta[:, 0])
+
+    return jax.lax.fori_loop(k, k + count, iteration, carry)
+
+
 def _lanczos(batch: jax.Array, starts: list) -> tuple[np.ndarray, jax.Array]:
     """σ₁ (float64[b]) and the top right singular vectors ([b, n], on the device) of the
     matrices `batch` [b, m, n], by the iterations and stopping rule of `arrays.spectral`."""
     b, m, n = batch.shape
     limit = spectral.krylov_limit(m, n)
-    cold = jnp.asarray(spectral.cold_start(n), batch.dtype)
-    start = jnp.stack([
-        cold if s is None else spectral.warm_start(jnp.asarray(s, batch.dtype), cold)
-        for s in starts
-    ])
-    carry = _initial(batch, start, limit)
+    carry = _initial(batch, _start(starts, n, batch.dtype), limit)
     previous = np.zeros(b)
     k = 0
     while True:

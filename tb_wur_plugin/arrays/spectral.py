@@ -42,6 +42,19 @@ LEADING_FAN_OUT = "leading"
 TRAILING_FAN_OUT = "trailing"
 LAYOUTS = (LEADING_FAN_OUT, TRAILING_FAN_OUT)
 
+# Oriented matrices (rows >= columns) of at most GRAM_COLUMNS columns, or of at most
+# GRAM_TALL_COLUMNS columns and at least twice as many rows, are iterated on their Gram
+# matrix MᵀM (its product costs ~ rows · columns² once; each iteration then saves a pass
+# over the matrix).
+GRAM_COLUMNS = 512
+GRAM_TALL_COLUMNS = 1024
+
+# Gram iterations: a residual smaller than this times the largest Rayleigh quotient so far
+# ends the basis (an invariant subspace, to working precision: the remaining vector is
+# rounding noise that no longer orthogonalises, and would add spurious eigenvalues above
+# λ₁). Dropping it changes the eigenvalues by at most that much (Weyl), σ₁ by half.
+GRAM_BREAKDOWN = 1e-4
+
 # The seed of the start vector of a cold start.
 COLD_START_SEED = 20231
 
@@ -75,6 +88,16 @@ def oriented(shape: Sequence[int]) -> tuple[int, int]:
     `columns` iterations the Krylov space is all of it, and the estimate exact)."""
     rows, columns = int(shape[0]), int(shape[1])
     return (columns, rows) if columns > rows else (rows, columns)
+
+
+def uses_gram(shape: Sequence[int]) -> bool:
+    """Whether an oriented matrix (`oriented`) of `shape` is iterated on its Gram matrix
+    MᵀM (columns × columns): symmetric Lanczos iterations from the same start vector span
+    the same Krylov space as the bidiagonalisation's, and the largest eigenvalue of MᵀM
+    is σ₁², so the iterations and the stopping rule are the same; each iteration reads
+    the columns × columns Gram matrix once instead of the matrix twice."""
+    rows, columns = int(shape[0]), int(shape[1])
+    return columns <= GRAM_COLUMNS or (columns <= GRAM_TALL_COLUMNS and rows >= 2 * columns)
 
 
 def krylov_limit(rows: int, columns: int) -> int:

@@ -3,7 +3,7 @@ Golub–Kahan–Lanczos iterations of `arrays.spectral`, batched over the matric
 (`torch.bmm`), warm-started from a `spectral.SpectralState`. Used by `tb_wur_plugin.torch`
 and the Keras PyTorch backend. Imports no TensorFlow module.
 
-Matrices of few columns once oriented (`uses_gram`) take the equivalent symmetric Lanczos
+Matrices of few columns once oriented (`spectral.uses_gram`) take the equivalent symmetric Lanczos
 iterations on their Gram matrix MᵀM (n × n, one matrix product each), whose largest
 eigenvalue is σ₁²: the same Krylov space from the same start vector, so the same
 iterations and stopping rule, but each iteration reads an n × n matrix once instead of an
@@ -23,12 +23,6 @@ from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 # Matrices of up to this many elements are stacked (copied) into one batch per shape;
 # larger ones are iterated one at a time, without a copy.
 STACKED_MAX_ELEMENTS = 1 << 20
-# Oriented matrices (rows >= columns) of at most GRAM_COLUMNS columns, or of at most
-# GRAM_TALL_COLUMNS columns and at least twice as many rows, are iterated on their Gram
-# matrix (its product costs ~ rows · columns² once; the iterations save ~ rows · columns
-# each).
-GRAM_COLUMNS = 512
-GRAM_TALL_COLUMNS = 1024
 
 WEIGHTS, UPDATE = "weights", "update"
 
@@ -90,7 +84,7 @@ def top_singular_values(
     for indices in groups.values():
         shape = tuple(matrices[indices[0]].shape)
         starts = [state.get(keys[i], shape) for i in indices]
-        if uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
+        if spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
             grams = torch.stack([matrices[i].mT @ matrices[i] for i in indices])
             values, vectors = _gram_lanczos(grams, shape[0], starts)
         else:
@@ -102,12 +96,6 @@ def top_singular_values(
             if np.isfinite(values[j]):
                 state.put(keys[i], shape, vectors[j])
     return sigmas
-
-
-def uses_gram(shape: tuple[int, ...]) -> bool:
-    """Whether an oriented matrix of `shape` is iterated on its Gram matrix."""
-    rows, columns = shape
-    return columns <= GRAM_COLUMNS or (columns <= GRAM_TALL_COLUMNS and rows >= 2 * columns)
 
 
 def _work(tensor: torch.Tensor) -> torch.Tensor:
@@ -139,6 +127,7 @@ def _gram_lanczos(
     sigmas, tops = np.zeros(b), torch.zeros(b, n, **like)
     active = np.arange(b)  # the batch's rows: which matrices are still iterated
     diagonal = upper = torch.zeros(b, 0, **like)
+    scale = torch.zeros(b, 1, **like)  # the largest Rayleigh quotient so far
     previous = np.zeros(b)
     k = 0
     while True:
@@ -146,9 +135,12 @@ def _gram_lanczos(
         for _ in range(min(spectral.ROUND, limit - k)):
             w = torch.bmm(gram, basis[:, k, :, None])[..., 0]
             alphas.append((w * basis[:, k]).sum(1, keepdim=True))
+            scale = torch.maximum(scale, alphas[-1])
             w = _orthogonalised(w, basis[:, : k + 1])
-            betas.append(torch.linalg.vector_norm(w, dim=1, keepdim=True))
-            basis[:, k + 1] = w / _safe(betas[-1])
+            beta = torch.linalg.vector_norm(w, dim=1, keepdim=True)
+            beta = torch.where(beta > spectral.GRAM_BREAKDOWN * scale, beta, 0.0)
+            betas.append(beta)
+            basis[:, k + 1] = torch.where(beta > 0, w / _safe(beta), 0.0)
             k += 1
         diagonal = torch.cat([diagonal, *alphas], 1)
         upper = torch.cat([upper, *betas], 1)
@@ -167,7 +159,8 @@ def _gram_lanczos(
             if not kept.size:
                 return sigmas, tops
             index = torch.as_tensor(kept, device=gram.device)
-            gram, basis, diagonal, upper = (t[index] for t in (gram, basis, diagonal, upper))
+            gram, basis, diagonal, upper, scale = (
+                t[index] for t in (gram, basis, diagonal, upper, scale))
             active, sigma = active[kept], sigma[kept]
         previous = sigma
 
