@@ -191,3 +191,24 @@ def test_report_metric_errors(logdir, tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--metric" in capsys.readouterr().err
     assert metadata.METRICS == ("frobenius", "spectral")
+
+
+@pytest.mark.parametrize("load_fast", [True, False], ids=["fast", "python"])
+def test_read_ratios_metric(logdir, expected, load_fast):
+    """`read_ratios(..., metric="spectral")`: the spectral ratios of the matrices, as written;
+    the default the Frobenius ones; a logdir without spectral ratios, or another metric, a
+    ValueError naming it."""
+    import tb_wur_plugin
+
+    for metric in ("frobenius", "spectral"):
+        kwargs = {} if metric == "frobenius" else {"metric": metric}
+        frame = tb_wur_plugin.read_ratios(logdir, run="^(sgd|adamw)$", load_fast=load_fast,
+                                          **kwargs)
+        for run in ("sgd", "adamw"):
+            rows = frame[frame["run"] == run]
+            got = {tag: dict(zip(part["step"], part["ratio"])) for tag, part in rows.groupby("tag")}
+            _assert_close(got, expected[run][metric])
+    with pytest.raises(ValueError, match="holds no spectral wur ratios"):
+        tb_wur_plugin.read_ratios(f"{logdir}/plain", metric="spectral", load_fast=load_fast)
+    with pytest.raises(ValueError, match="metric must be one of frobenius, spectral"):
+        tb_wur_plugin.read_ratios(logdir, metric="operator", load_fast=load_fast)

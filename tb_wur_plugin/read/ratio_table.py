@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from tb_wur_plugin import metadata
 from tb_wur_plugin.read import report
 
 COLUMNS = ("run", "tag", "step", "wall_time", "ratio")
 
 
 def read_ratios(
-    logdir: str, run: str | None = None, *, samples: int = 0, load_fast: bool | None = None
+    logdir: str, run: str | None = None, *, samples: int = 0, load_fast: bool | None = None,
+    metric: str = metadata.METRIC_FROBENIUS,
 ) -> Any:
     """The weight-update ratios of a logdir, one row per kept point.
 
@@ -29,6 +31,8 @@ def read_ratios(
         (default): all of them.
       load_fast: TensorBoard's fast loader (its data server) when True, the Python loader
         when False; None: the fast one where it is installed.
+      metric: "frobenius" (default: the ratios ‖Δw‖₂/‖w‖₂) or "spectral" (the spectral
+        update ratios ‖ΔW‖₂/‖W‖₂ of the matrices, where written with spectral=True).
 
     Returns:
       A pandas DataFrame with columns run, tag, step (int64), wall_time and ratio (float64):
@@ -38,8 +42,9 @@ def read_ratios(
 
     Raises:
       FileNotFoundError: `logdir` is not a directory.
-      ValueError: the logdir holds no wur ratios, `run` selects no run or is not a valid
-        regular expression, `samples` is negative.
+      ValueError: the logdir holds no wur ratios (of `metric`), `run` selects no run or is
+        not a valid regular expression, `samples` is negative, `metric` is not one of
+        "frobenius", "spectral".
 
     Example:
       >>> frame = tb_wur_plugin.read_ratios("logs/demo", run="slow")
@@ -52,7 +57,8 @@ def read_ratios(
     except re.error as e:
         raise ValueError(f"run={run!r} is not a regular expression: {e}") from None
     try:
-        with report.open_logdir(logdir, samples=samples, load_fast=load_fast) as loaded:
+        with report.open_logdir(logdir, samples=samples, load_fast=load_fast,
+                                metric=metric) as loaded:
             columns = _columns(loaded, pattern)
     except report.ReportError as e:
         if str(e).startswith("no such directory"):
@@ -68,7 +74,8 @@ def read_ratios(
 def _columns(loaded: report.Logdir, pattern: re.Pattern | None) -> dict[str, np.ndarray]:
     runs = loaded.runs()
     if not runs:
-        raise ValueError("the logdir holds no wur ratios")
+        what = "" if loaded.metric == metadata.METRIC_FROBENIUS else f"{loaded.metric} "
+        raise ValueError(f"the logdir holds no {what}wur ratios")
     if pattern is not None:
         runs = [r for r in runs if pattern.search(r)]
         if not runs:
