@@ -21,6 +21,7 @@ L = pytest.importorskip("lightning.pytorch")
 
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from helpers import read_packed  # noqa: E402
+from lightning_ddp_worker import Regression  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.lightning import WeightUpdateRatioCallback  # noqa: E402
 
@@ -36,22 +37,10 @@ def _data():
                                        batch_size=8)
 
 
-class _Auto(L.LightningModule):
+class _Auto(Regression):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
-                                       torch.nn.Linear(16, 1))
         self.references: list[UpdateReference] = []
-
-    def training_step(self, batch, _):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.log("loss", loss)
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-2)
 
     def on_train_start(self):
         self.references = [UpdateReference(self.trainer.optimizers[0], self,

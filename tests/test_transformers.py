@@ -22,23 +22,12 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from helpers import read_packed  # noqa: E402
+from transformers_ddp_worker import Tokens  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.transformers import WeightUpdateRatioCallback  # noqa: E402
 
 STEPS, LOGGING = 30, 5
 LOGGED = list(range(0, STEPS, LOGGING))
-
-
-class _Tokens(torch.utils.data.Dataset):
-    def __init__(self, n: int = 256, length: int = 16, vocab: int = 64):
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(0, vocab, (n, length), generator=g)
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
 def _model():
@@ -58,7 +47,7 @@ def _trainer(output_dir, max_steps, callback, model=None, save_steps=None):
         use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
     )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(),
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(),
                                    optimizers=(optimizer, None), callbacks=[callback])
     return trainer, optimizer, model
 

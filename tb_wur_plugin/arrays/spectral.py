@@ -123,6 +123,24 @@ def warm_start(previous, cold):
     return previous + cold
 
 
+def _banded(alphas: np.ndarray, betas: np.ndarray, symmetric: bool):
+    """The b matrices k × k with diagonal `alphas` and superdiagonal the first k − 1 of
+    `betas` (and subdiagonal too when `symmetric`), float64, zero where not all finite; and
+    which were finite (bool[b])."""
+    alphas = np.asarray(alphas, np.float64)
+    betas = np.asarray(betas, np.float64)
+    b, k = alphas.shape
+    finite = np.isfinite(alphas).all(1) & np.isfinite(betas[:, : k - 1]).all(1)
+    matrices = np.zeros((b, k, k))
+    index = np.arange(k)
+    off = np.where(finite[:, None], betas[:, : k - 1], 0.0)
+    matrices[:, index, index] = np.where(finite[:, None], alphas, 0.0)
+    matrices[:, index[:-1], index[1:]] = off
+    if symmetric:
+        matrices[:, index[1:], index[:-1]] = off
+    return matrices, finite
+
+
 def bidiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The largest singular value of each B_k and its right singular vector.
 
@@ -134,14 +152,7 @@ def bidiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, n
       (float64[b] largest singular values, float64[b, k] their right singular vectors);
       NaN and zeros for a B_k that is not finite.
     """
-    alphas = np.asarray(alphas, np.float64)
-    betas = np.asarray(betas, np.float64)
-    b, k = alphas.shape
-    finite = np.isfinite(alphas).all(1) & np.isfinite(betas[:, : k - 1]).all(1)
-    matrices = np.zeros((b, k, k))
-    index = np.arange(k)
-    matrices[:, index, index] = np.where(finite[:, None], alphas, 0.0)
-    matrices[:, index[:-1], index[1:]] = np.where(finite[:, None], betas[:, : k - 1], 0.0)
+    matrices, finite = _banded(alphas, betas, symmetric=False)
     _, values, right = np.linalg.svd(matrices)
     top = np.where(finite, values[:, 0], np.nan)
     return top, np.where(finite[:, None], right[:, 0, :], 0.0)
@@ -159,16 +170,7 @@ def tridiagonal_top(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, 
       (float64[b] largest eigenvalues, float64[b, k] their unit eigenvectors); NaN and
       zeros for a T_k that is not finite.
     """
-    alphas = np.asarray(alphas, np.float64)
-    betas = np.asarray(betas, np.float64)
-    b, k = alphas.shape
-    finite = np.isfinite(alphas).all(1) & np.isfinite(betas[:, : k - 1]).all(1)
-    matrices = np.zeros((b, k, k))
-    index = np.arange(k)
-    off = np.where(finite[:, None], betas[:, : k - 1], 0.0)
-    matrices[:, index, index] = np.where(finite[:, None], alphas, 0.0)
-    matrices[:, index[:-1], index[1:]] = off
-    matrices[:, index[1:], index[:-1]] = off
+    matrices, finite = _banded(alphas, betas, symmetric=True)
     values, vectors = np.linalg.eigh(matrices)  # ascending
     top = np.where(finite, values[:, -1], np.nan)
     return top, np.where(finite[:, None], vectors[:, :, -1], 0.0)
