@@ -126,24 +126,38 @@ def _start(starts: list, n: int, dtype) -> jax.Array:
 def _gram_lanczos(grams: jax.Array, rows: int, starts: list) -> tuple[np.ndarray, jax.Array]:
     """As `_lanczos`, by symmetric Lanczos iterations (full reorthogonalisation) on the
     Gram matrices `grams` [b, n, n] of matrices of `rows` rows: σ₁ = √λ₁."""
-    b, _, n = grams.shape
+    _, _, n = grams.shape
     limit = spectral.krylov_limit(rows, n)
+
+    def estimate(alphas, betas):
+        eigenvalue, y = spectral.tridiagonal_top(alphas, betas)
+        return np.sqrt(np.maximum(eigenvalue, 0.0)), y  # NaN stays NaN
+
     carry = _gram_initial(_start(starts, n, grams.dtype), limit)
+    return _iterated(grams, carry, limit, _gram_round, lambda c: (c[1], c[2]), estimate)
+
+
+def _iterated(operand: jax.Array, carry: tuple, limit: int, run_round, coefficients,
+              estimate) -> tuple[np.ndarray, jax.Array]:
+    """Rounds of iterations (`run_round(operand, carry, k, count)`) until the stopping rule
+    of `arrays.spectral`: after each, the α and β so far (`coefficients(carry)`, [b, limit]
+    each) come to the host and `estimate(α, β)` gives σ₁ and the top vector's coordinates
+    in the basis `carry[0]`. Returns σ₁ (float64[b]) and the unit top vectors [b, n]."""
+    b = carry[0].shape[0]
     previous = np.zeros(b)
     k = 0
     while True:
         count = min(spectral.ROUND, limit - k)
-        carry = _gram_round(grams, carry, k, count)
+        carry = run_round(operand, carry, k, count)
         k += count
-        alphas, betas = jax.device_get((carry[1][:, :k], carry[2][:, :k]))
-        eigenvalue, y = spectral.tridiagonal_top(alphas, betas)
-        sigma = np.sqrt(np.maximum(eigenvalue, 0.0))  # NaN stays NaN
+        alphas, betas = jax.device_get(tuple(c[:, :k] for c in coefficients(carry)))
+        sigma, y = estimate(alphas, betas)
         if k >= limit or spectral.converged(previous, sigma):
             break
         previous = sigma
     padded = np.zeros((b, limit + 1))
     padded[:, :k] = y
-    return sigma, _combined(carry[0], jnp.asarray(padded, grams.dtype))
+    return sigma, _combined(carry[0], jnp.asarray(padded, carry[0].dtype))
 
 
 @functools.partial(jax.jit, static_argnames="limit")
@@ -178,23 +192,11 @@ def _gram_round(grams: jax.Array, carry: tuple, k: int, count: int) -> tuple:
 def _lanczos(batch: jax.Array, starts: list) -> tuple[np.ndarray, jax.Array]:
     """σ₁ (float64[b]) and the top right singular vectors ([b, n], on the device) of the
     matrices `batch` [b, m, n], by the iterations and stopping rule of `arrays.spectral`."""
-    b, m, n = batch.shape
+    _, m, n = batch.shape
     limit = spectral.krylov_limit(m, n)
     carry = _initial(batch, _start(starts, n, batch.dtype), limit)
-    previous = np.zeros(b)
-    k = 0
-    while True:
-        count = min(spectral.ROUND, limit - k)
-        carry = _round(batch, carry, k, count)
-        k += count
-        alphas, betas = jax.device_get((carry[2][:, :k], carry[3][:, :k]))
-        sigma, y = spectral.bidiagonal_top(alphas, betas)
-        if k >= limit or spectral.converged(previous, sigma):
-            break
-        previous = sigma
-    padded = np.zeros((b, limit + 1))
-    padded[:, :k] = y
-    return sigma, _combined(carry[0], jnp.asarray(padded, batch.dtype))
+    return _iterated(batch, carry, limit, _round, lambda c: (c[2], c[3]),
+                     spectral.bidiagonal_top)
 
 
 @functools.partial(jax.jit, static_argnames="limit")
