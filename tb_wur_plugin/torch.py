@@ -125,8 +125,10 @@ def watch(
         (largest singular values) of each parameter of two or more dimensions, viewed as
         the matrix (out, in · prod(kernel)) (`metric="spectral"`, same steps and
         skipped-step marker): Lanczos iterations on the parameters' device (`W` before
-        the update, one more temporary copy of each matrix), warm-started from the
-        previous logged step's vectors, which the handle keeps. Not for sharded models.
+        the update; matrices of at most 512 columns, or 1024 with twice as many rows,
+        through their Gram matrices MᵀM, others through one more temporary copy),
+        warm-started from the previous logged step's vectors, which the handle keeps.
+        Not for sharded models.
 
     Returns:
       A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
