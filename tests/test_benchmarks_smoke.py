@@ -76,3 +76,11 @@ def test_torch_sharded_benchmark_smoke():
     assert "logged step" in out and "other step" in out
     for setting in ("none", "ddp", "fsdp2", "tp"):
         assert any(line.startswith(setting + " ") for line in out.splitlines()), out
+
+
+def test_trainers_benchmark_smoke():
+    out = _run("trainers.py")
+    for trainer in ("hf", "lightning"):
+        for kind in ("bare", "callback", "watch"):
+            assert any(line.startswith(trainer) and f" {kind} " in line
+                       for line in out.splitlines()), (trainer, kind, out)
