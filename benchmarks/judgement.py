@@ -2,10 +2,13 @@
 confusion table, per layer, of healthy/sick × flagged/not, per reason, as
 benchmarks/RESULTS.md records it.
 
-    .venv/bin/python benchmarks/judgement.py [--logdir DIR] [--verbose]
+    .venv/bin/python benchmarks/judgement.py [--logdir DIR] [--verbose] [--metric spectral]
 
 Without --logdir the corpus is generated into a temporary directory first (about a minute
-of CPU). The judgement is `tb-wur report`'s (its JSON, through the Python loader).
+of CPU; with `--metric spectral` its writers log spectral ratios too). The judgement is
+`tb-wur report`'s (its JSON, through the Python loader); `--metric spectral` judges the
+spectral update ratios, the matrices' layers only, against the corpus's expectations for
+those layers.
 --verbose also prints every run's flags, and per run and layer kind the median ratio.
 """
 
@@ -36,17 +39,20 @@ def report(logdir: str, *args: str) -> tuple[int, dict]:
     return status, json.loads(out.getvalue())
 
 
-def confusion(logdir: str, runs=None) -> dict:
-    """Per run the report's flags against the corpus's expectations, and the table."""
+def confusion(logdir: str, runs=None, metric: str = "frobenius") -> dict:
+    """Per run the report's flags (of `metric`'s ratios) against the corpus's expectations
+    for the layers the report judges, and the table."""
     runs = judgement_corpus.RUNS if runs is None else runs
     table = collections.Counter()
     by_run = []
     for run in runs:
-        status, answer = report(logdir, "--run", f"^{run.name}$")
+        status, answer = report(logdir, "--run", f"^{run.name}$", "--metric", metric)
         (r,) = answer["runs"]
+        judged = {l["tag"] for l in r["layers"]}
+        expected = {t: why for t, why in run.expected.items() if t in judged}
         got = {l["tag"]: l["reason"] for l in r["layers"] if l["flagged"]}
         for layer in r["layers"]:
-            want = run.expected.get(layer["tag"])
+            want = expected.get(layer["tag"])
             truth = "sick" if want else "healthy"
             if layer["flagged"]:
                 right = want == layer["reason"]
@@ -56,9 +62,9 @@ def confusion(logdir: str, runs=None) -> dict:
         by_run.append({
             "run": run.name, "framework": run.framework, "what": run.what,
             "layers": len(r["layers"]), "status": status, "flags": got,
-            "expected": run.expected,
+            "expected": expected,
             "texts": {l["tag"]: l["text"] for l in r["layers"] if l["flagged"]},
-            "ok": got == run.expected and status == (1 if run.expected else 0),
+            "ok": got == expected and status == (1 if expected else 0),
         })
     return {"runs": by_run, "table": table}
 
@@ -67,14 +73,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logdir", default=None)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--metric", choices=("frobenius", "spectral"), default="frobenius")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="wur_corpus_") as tmp:
         logdir = args.logdir or tmp
         if args.logdir is None:
             start = time.perf_counter()
-            judgement_corpus.generate(logdir)
+            judgement_corpus.generate(logdir, spectral=args.metric == "spectral")
             print(f"corpus generated in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        result = confusion(logdir)
+        result = confusion(logdir, metric=args.metric)
     healthy = [r for r in result["runs"] if not r["expected"]]
     sick = [r for r in result["runs"] if r["expected"]]
     print(f"runs: {len(healthy)} healthy, {len(sick)} sick; "

@@ -341,6 +341,11 @@ class WURPlugin(base_plugin.TBPlugin):
         kinds = run_data.layer_kinds(
             self._data.listing(ctx, experiment, run, metric), matrix.tags
         )
+        moving = None  # the spectral ratios' run moves when its Frobenius ratios do
+        reference = self._data.listing(ctx, experiment, run)
+        if metric != metadata.METRIC_FROBENIUS and reference.has_ratios():
+            moving = flags.others_moving(
+                matrix, self._data.matrix(ctx, experiment, run, reference))
         return {
             "run": run,
             "metric": metric,
@@ -348,7 +353,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "high": band[1] if band else None,
             "patience": patience,
             "layers": json_util.Cleanse(
-                flags.flag_layers(matrix, *(band or (None, None)), patience, kinds)
+                flags.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
             ),
         }
 

@@ -27,6 +27,13 @@ STEPS = 150  # updates per run (logged at every step)
 SEED = 0
 
 
+class _Writing:
+    """What `generate` asks of the writers: `spectral`, passed to each (False by default:
+    the Frobenius ratios only)."""
+
+    spectral = False
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     name: str  # the run as TensorBoard names it (Keras: NAME/train)
@@ -101,7 +108,7 @@ def _torch_train(
 
     x, y = torch.as_tensor(x), torch.as_tensor(y)
     loss_fn = loss_fn or torch.nn.functional.cross_entropy
-    handle = watch(optimizer, model, logdir, every=1)
+    handle = watch(optimizer, model, logdir, every=1, spectral=_Writing.spectral)
     rng = np.random.default_rng(SEED)
     try:
         for step in range(steps):
@@ -278,7 +285,8 @@ def _keras_fit(logdir, model, optimizer, x, y, epochs, batch=64):
     keras.utils.set_random_seed(SEED)
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
     model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=True,
-              callbacks=[WeightUpdateRatioCallback(logdir, update_freq=1)])
+              callbacks=[WeightUpdateRatioCallback(logdir, update_freq=1,
+                                                   spectral=_Writing.spectral)])
 
 
 def keras_adam_mlp(logdir):
@@ -389,7 +397,7 @@ def _jax_train(logdir, optimizer, steps=STEPS, params=None):
         for step in range(steps):
             index = rng.choice(len(y), 64, replace=False)
             updates, state = update(params, state, jnp.asarray(x[index]), jnp.asarray(y[index]))
-            log_update_ratios(writer, params, updates, step)
+            log_update_ratios(writer, params, updates, step, spectral=_Writing.spectral)
             params = optax.apply_updates(params, updates)
 
 
@@ -486,12 +494,17 @@ RUNS = [
 ]
 
 
-def generate(logdir: str, runs=None) -> list[Run]:
-    """Write `runs` (default: RUNS) under `logdir`; returns them."""
+def generate(logdir: str, runs=None, spectral: bool = False) -> list[Run]:
+    """Write `runs` (default: RUNS) under `logdir`, with spectral ratios too when
+    `spectral`; returns them."""
     runs = RUNS if runs is None else runs
-    for run in runs:
-        directory = os.path.join(logdir, run.name.removesuffix("/train"))
-        run.write(directory)
+    _Writing.spectral = spectral
+    try:
+        for run in runs:
+            directory = os.path.join(logdir, run.name.removesuffix("/train"))
+            run.write(directory)
+    finally:
+        _Writing.spectral = False
     return runs
 
 

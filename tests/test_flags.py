@@ -380,3 +380,22 @@ def test_judging_in_blocks_of_steps_changes_nothing(monkeypatch):
     assert flags.judge_layers(matrix, kinds=kinds) == whole
     assert flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds) == (
         monkeypatch.undo() or flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds))
+
+
+def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
+    """The Frobenius ratios as evidence that the run moves, per spectral layer and step: a
+    layer's own Frobenius row does not count, steps the reference lacks are False, skipped
+    steps and non-finite ratios are no evidence; the judgement refuses another shape."""
+    reference = heatmap.RunMatrix.from_series(
+        [("a/weight", np.array([0, 1, 2, 3]), np.array([1e-3, 1e-3, 0.0, np.nan])),
+         ("a/bias", np.array([0, 1, 2, 3]), np.array([0.0, 1e-3, 1e-3, 1e-3]))],
+        skipped_steps=[1],
+    )
+    spectral = heatmap.RunMatrix.from_series(
+        [("a/weight", np.array([0, 2, 3, 5]), np.array([0.0, 0.0, 0.0, 0.0])),
+         ("b/kernel", np.array([0, 2, 3, 5]), np.array([0.0, 0.0, 0.0, 0.0]))])
+    moving = flags.others_moving(spectral, reference)
+    # a/weight: only a/bias counts (0 at step 0, 1e-3 at 2 and 3); b/kernel: any layer
+    assert moving.tolist() == [[False, True, True, False], [True, True, True, False]]
+    with pytest.raises(ValueError, match="moving has shape"):
+        flags.judge_layers(spectral, moving=moving[:, :2])

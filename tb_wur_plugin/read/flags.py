@@ -18,7 +18,10 @@ tests/judgement_corpus.py showed):
   expected once, when a zero-initialised weight first moves);
 - ``not_moving``: a ratio below `NOT_MOVING_BELOW` (0: the weights did not move at all) at
   `patience` judged steps in a row at which the run moves (another layer's ratio at least
-  `RUN_MOVING_FROM`; a run that stops as a whole has converged, or skipped);
+  `RUN_MOVING_FROM`; a run that stops as a whole has converged, or skipped). The spectral
+  ratios cover the matrices only: there another layer of the run's Frobenius ratios moving
+  counts too (`others_moving`), so that a network whose matrices all died while a bias
+  still moves is not taken for one that stopped;
 - ``too_fast``: a ratio of at least `TOO_FAST_FROM` (updates half as large as the weights
   themselves) at `patience` judged steps in a row;
 - ``slow_outlier`` / ``fast_outlier``: a ratio `SLOW_OUTLIER_FACTOR` times below /
@@ -108,6 +111,7 @@ def judge_layers(
     high: float | None = None,
     patience: int = DEFAULT_PATIENCE,
     kinds: list[str] | tuple[str, ...] | None = None,
+    moving: np.ndarray | None = None,
 ) -> list[dict]:
     """Every layer of `matrix` judged (module docstring), in the matrix's (model) order.
 
@@ -118,6 +122,9 @@ def judge_layers(
         patience: judged steps in a row that make a streak flag (>= 1).
         kinds: each row's layer kind (metadata.LAYER_KINDS), e.g. from run_data.layer_kinds;
             None: all unknown.
+        moving: bool[L, S], more evidence that the run moves at each layer's steps besides
+            its other layers in `matrix` (`others_moving` of the run's Frobenius ratios when
+            judging its spectral ones); None: none.
 
     Returns:
         One dict per layer with the keys of REPORT_FIELDS (median over the finite ratios of
@@ -148,7 +155,9 @@ def judge_layers(
             raise ValueError(f"unknown layer kind {k!r}; expected one of {metadata.LAYER_KINDS}")
 
     steps = matrix.steps
-    cells = _judged_cells(matrix, kinds, counting_band)
+    if moving is not None and moving.shape != matrix.values.shape:
+        raise ValueError(f"moving has shape {moving.shape}, the matrix {matrix.values.shape}")
+    cells = _judged_cells(matrix, kinds, counting_band, moving)
 
     layers = []
     for row, tag in enumerate(matrix.tags):
@@ -273,7 +282,8 @@ def _positive_log10(matrix: RunMatrix, rows: list[int], cols) -> np.ndarray:
 
 
 def _judged_cells(
-    matrix: RunMatrix, kinds: list[str], counting_band: tuple[float, float]
+    matrix: RunMatrix, kinds: list[str], counting_band: tuple[float, float],
+    moving: np.ndarray | None = None,
 ) -> _JudgedCells:
     n_layers, n_steps = matrix.values.shape
     # a layer grows from zero when the first update that moved it found it at exactly 0
@@ -292,6 +302,8 @@ def _judged_cells(
     for c0 in range(0, n_steps, width):
         c1 = min(c0 + width, n_steps)
         block = _block_conditions(matrix, slice(c0, c1), group_rows, counting_band)
+        if moving is not None:
+            block["run_moving"] = block["run_moving"] | moving[:, c0:c1]
         for name, cells in block.items():
             bits[name][:, c0 // 8:-(-c1 // 8)] = np.packbits(cells, axis=1)
     return _JudgedCells(matrix, groups, bits)
@@ -348,13 +360,14 @@ def flag_layers(
     high: float | None = None,
     patience: int = DEFAULT_PATIENCE,
     kinds: list[str] | tuple[str, ...] | None = None,
+    moving: np.ndarray | None = None,
 ) -> list[dict]:
     """The flagged layers of `matrix` (see `judge_layers`), in `flag_order`, as `/flags`
     lists them: tag, reason, since, text and the COUNT_FIELDS first, then the other keys of
     `judge_layers` but `flagged`, and below_steps and above_steps (= below and above, the
     names the tab has read since before the report)."""
     flagged = []
-    for layer in judge_layers(matrix, low, high, patience, kinds):
+    for layer in judge_layers(matrix, low, high, patience, kinds, moving):
         if layer["flagged"]:
             first = {k: layer[k] for k in ("tag", "reason", "since", "text", *COUNT_FIELDS)}
             rest = {k: v for k, v in layer.items() if k not in first and k != "flagged"}
@@ -439,6 +452,27 @@ def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray
 
 def _first(steps: np.ndarray) -> int | None:
     return int(steps[0]) if len(steps) else None
+
+
+def others_moving(matrix: RunMatrix, reference: RunMatrix) -> np.ndarray:
+    """bool[L, S]: at each layer and step of `matrix`, whether a layer of `reference` (the
+    same run's Frobenius ratios) other than the one of the same tag had a judged finite
+    ratio of at least RUN_MOVING_FROM at the same step (False at steps it lacks)."""
+    judged = reference.present & ~reference.skipped_mask[None, :]
+    values = np.where(judged, reference.values.astype(np.float64), np.nan)
+    with np.errstate(invalid="ignore"):
+        others = _leave_one_out_max(values) >= RUN_MOVING_FROM  # [R, S_ref]
+        any_layer = np.nanmax(np.where(np.isnan(values), -np.inf, values), axis=0,
+                              initial=-np.inf) >= RUN_MOVING_FROM
+    row_of = {tag: i for i, tag in enumerate(reference.tags)}
+    by_row = np.stack([others[row_of[t]] if t in row_of else any_layer for t in matrix.tags]) \
+        if matrix.tags else np.zeros((0, len(reference.steps)), bool)
+    out = np.zeros(matrix.values.shape, bool)
+    index = np.searchsorted(reference.steps, matrix.steps)
+    found = index < len(reference.steps)
+    found[found] = reference.steps[index[found]] == matrix.steps[found]
+    out[:, found] = by_row[:, index[found]]
+    return out
 
 
 def _leave_one_out_max(values: np.ndarray) -> np.ndarray:

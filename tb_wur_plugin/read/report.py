@@ -72,6 +72,18 @@ class Logdir:
         """The kept points of layers `tags` of `run` as columns (run_data.layer_columns)."""
         return self.data.layer_columns(self._ctx, _EXPERIMENT, run, self.listings[run], tags, {})
 
+    def moving(self, run: str, matrix: heatmap.RunMatrix) -> np.ndarray | None:
+        """`flags.others_moving` of `matrix` (the run's `metric` ratios) against the run's
+        Frobenius ratios when `metric` is another one (None for Frobenius, or a run without
+        Frobenius ratios)."""
+        if self.metric == metadata.METRIC_FROBENIUS:
+            return None
+        reference = self.data.listing(self._ctx, _EXPERIMENT, run)
+        if not reference.has_ratios():
+            return None
+        return flags.others_moving(
+            matrix, self.data.matrix(self._ctx, _EXPERIMENT, run, reference))
+
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
         """The layer kind of each of `tags` (run_data.layer_kinds)."""
         return run_data.layer_kinds(self.listings[run], tags)
@@ -185,7 +197,7 @@ def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
     matrix = logdir.matrix(run)
     judged = flags.judge_layers(
         matrix, settings.low, settings.high, settings.patience,
-        logdir.layer_kinds(run, matrix.tags),
+        logdir.layer_kinds(run, matrix.tags), logdir.moving(run, matrix),
     )
     suggestions = suggest.suggested_learning_rates(
         matrix, logdir.learning_rate(run), settings.target, settings.last
