@@ -341,11 +341,8 @@ class WURPlugin(base_plugin.TBPlugin):
         kinds = run_data.layer_kinds(
             self._data.listing(ctx, experiment, run, metric), matrix.tags
         )
-        moving = None  # the spectral ratios' run moves when its Frobenius ratios do
-        reference = self._data.listing(ctx, experiment, run)
-        if metric != metadata.METRIC_FROBENIUS and reference.has_ratios():
-            moving = flags.others_moving(
-                matrix, self._data.matrix(ctx, experiment, run, reference))
+        reference = self._data.frobenius_reference(ctx, experiment, run, metric)
+        moving = None if reference is None else flags.others_moving(matrix, reference)
         return {
             "run": run,
             "metric": metric,

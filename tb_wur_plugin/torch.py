@@ -187,17 +187,16 @@ def watch(
         )
     if sharded:  # every rank counts the same steps (one collective, here only)
         first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
+    watched = [_Watched(o, i, len(optimizers), first_step, every)
+               for i, o in enumerate(optimizers)]
     if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
-        return WatchHandle(optimizers if sharded else [], model, None, False, every,
+        return WatchHandle(watched if sharded else [], model, None, False, every,
                            histograms, first_step, sharded)
-    entries = [  # the tags are valid
-        e for i, o in enumerate(optimizers)
-        for e in _entries_of(model, sharded, _Watched(o, i, len(optimizers), first_step, every))
-    ]
+    entries = [e for w in watched for e in _entries_of(model, sharded, w)]  # tags valid
     run_dir = _run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
     writer, owned = _writer_of(log_dir_or_writer)
-    handle = WatchHandle(optimizers, model, writer, owned, every, histograms, first_step,
+    handle = WatchHandle(watched, model, writer, owned, every, histograms, first_step,
                          sharded, spectral)
     try:
         handle._claim = run_claims.claim(
@@ -249,7 +248,7 @@ class WatchHandle:
     model, the handles of the ranks other than 0 take part in the logged steps' collective
     and write nothing."""
 
-    def __init__(self, optimizers, model, writer, owns_writer, every, histograms,
+    def __init__(self, watched, model, writer, owns_writer, every, histograms,
                  first_step=0, sharded=False, spectral=False):
         self.steps = first_step
         self._sharded = sharded
@@ -261,8 +260,7 @@ class WatchHandle:
         self._histograms = histograms
         self._claim: str | None = None  # the run directory's key in `run_claims`
         self._warned_nothing = False
-        self._watched = [_Watched(o, i, len(optimizers), first_step, every)
-                         for i, o in enumerate(optimizers)]
+        self._watched: list[_Watched] = watched  # the optimizers whose steps it hooks
         self._hooks = []
         for watched in self._watched:
             self._hooks += [

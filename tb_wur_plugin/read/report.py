@@ -76,13 +76,8 @@ class Logdir:
         """`flags.others_moving` of `matrix` (the run's `metric` ratios) against the run's
         Frobenius ratios when `metric` is another one (None for Frobenius, or a run without
         Frobenius ratios)."""
-        if self.metric == metadata.METRIC_FROBENIUS:
-            return None
-        reference = self.data.listing(self._ctx, _EXPERIMENT, run)
-        if not reference.has_ratios():
-            return None
-        return flags.others_moving(
-            matrix, self.data.matrix(self._ctx, _EXPERIMENT, run, reference))
+        reference = self.data.frobenius_reference(self._ctx, _EXPERIMENT, run, self.metric)
+        return None if reference is None else flags.others_moving(matrix, reference)
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
         """The layer kind of each of `tags` (run_data.layer_kinds)."""

@@ -425,6 +425,17 @@ class RunData:
             {}, None, metric=metric
         )
 
+    def frobenius_reference(
+        self, ctx: tb_context.RequestContext, experiment: str, run: str, metric: str
+    ) -> heatmap.RunMatrix | None:
+        """The matrix of `run`'s Frobenius ratios when its `metric` ratios are judged and
+        `metric` is another one (the evidence that the run moves: `flags.others_moving`);
+        None for the Frobenius ratios themselves, or a run without Frobenius ratios."""
+        if metric == metadata.METRIC_FROBENIUS:
+            return None
+        listing = self.listing(ctx, experiment, run)
+        return self.matrix(ctx, experiment, run, listing) if listing.has_ratios() else None
+
     def read_tensor_columns(
         self, ctx: tb_context.RequestContext, experiment: str, run: str, tags: list[str]
     ) -> dict[str, point_columns.TensorColumns]:
