@@ -20,7 +20,7 @@ from tensorboard.compat.proto import summary_pb2
 
 from tb_wur_plugin import armijo, metadata
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # --- data and the numpy reference ---------------------------------------------------------

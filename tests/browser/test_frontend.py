@@ -23,15 +23,14 @@ import pytest
 from tb_server import TensorBoardServer
 from tb_wur_plugin.read import heatmap_wire
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FRONTEND = ROOT / "frontend"
 BUNDLE = ROOT / "tb_wur_plugin" / "static" / "index.js"
 BROWSER_TEST = ROOT / "tests" / "browser" / "wur_tab.mjs"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
-import wur_data  # noqa: E402
+import wur_data  # noqa: E402 (tests/browser/, beside this file)
 
 
 def _node() -> str:
@@ -500,7 +499,8 @@ def test_metric_switch_shows_the_spectral_ratios(load_fast, tmp_path):
 
 
 if __name__ == "__main__":
-    # python tests/test_frontend.py screenshot LOGDIR OUT.png: a screenshot of the tab over LOGDIR
+    # PYTHONPATH=tests/support python tests/browser/test_frontend.py screenshot LOGDIR OUT.png:
+    # a screenshot of the tab over LOGDIR
     _, _, logdir, out = sys.argv
     with TensorBoardServer(logdir, load_fast=True) as server:
         server.wait_for(lambda d: bool(d["runs"]), "/data/plugin/wur/runs")

@@ -26,6 +26,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
 from helpers import read_packed, reference_buckets
+from suite_paths import SUPPORT
 from tb_server import TensorBoardServer
 from tb_wur_plugin import metadata
 from tb_wur_plugin.compat import v1 as wur_v1
@@ -493,7 +494,7 @@ def check_reference_variables() -> None:
 def test_reference_variables_under_disable_v2_behavior():
     code = (
         "import sys, tensorflow as tf; tf.compat.v1.disable_v2_behavior(); "
-        f"sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"sys.path[:0] = {[os.path.dirname(__file__), SUPPORT]!r}; "
         "import test_compat_v1; test_compat_v1.check_reference_variables()"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

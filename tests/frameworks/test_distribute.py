@@ -23,7 +23,7 @@ import distribute_worker
 from helpers import assert_ratios_close, ratio_series, read_events, read_packed
 from tb_wur_plugin import metadata, wur_summary
 
-WORKER = os.path.join(os.path.dirname(__file__), "distribute_worker.py")
+WORKER = distribute_worker.__file__
 TIMEOUT = 300
 
 # Gradients summed over replicas may differ from one device's in their float32 rounding, and

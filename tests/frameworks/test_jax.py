@@ -197,6 +197,6 @@ def test_bad_arguments(tmp_path):
 
 
 def test_writer_none_on_process_zero_is_refused():
-    # writer=None is for the other processes of a multi-process run (tests/test_jax_multiprocess.py)
+    # writer=None is for the other processes of a multi-process run (tests/frameworks/test_jax_multiprocess.py)
     with pytest.raises(ValueError, match="process 0"):
         log_update_ratios(None, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)

@@ -18,8 +18,8 @@ pytest.importorskip("jax")
 pytest.importorskip("optax")
 
 from framework_servers import both_loaders  # noqa: E402
+from suite_paths import ROOT, SUPPORT  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 4
 
 
@@ -32,10 +32,10 @@ def _free_port() -> int:
 def _run_two(logdir: str, spectral: bool, out: str) -> None:
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+        [ROOT, os.environ.get("PYTHONPATH", "")]))
     procs = [
         subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "jax_multiprocess_worker.py"), str(pid),
+            [sys.executable, os.path.join(SUPPORT, "jax_multiprocess_worker.py"), str(pid),
              str(port), logdir, str(STEPS), "1" if spectral else "0", out],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for pid in range(2)

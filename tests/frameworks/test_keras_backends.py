@@ -14,12 +14,11 @@ import sys
 import pytest
 
 from framework_servers import assert_ratios_match, both_loaders, export
+from suite_paths import ROOT, SUPPORT
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 # backend -> the optimizer its run trains with (SGD with momentum, Adam)
 RUNS = {"jax": "momentum", "torch": "adam"}
 LOGGED = [0, 3, 6]  # update_freq=3 over 2 epochs of 4 steps
@@ -32,7 +31,7 @@ def served(tmp_path_factory):
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     workers = {
         backend: subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "keras_backend_worker.py"),
+            [sys.executable, os.path.join(SUPPORT, "keras_backend_worker.py"),
              os.path.join(logdir, backend), optimizer],
             env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,

@@ -8,43 +8,16 @@ import pytest
 import tensorflow as tf
 
 from helpers import (
-    OPTIMIZERS,
     assert_ratios_close,
-    mixed_model_and_data,
     ratio_series,
     read_events,
     read_packed,
     read_raw_events,
     reference_ratio,
 )
+from keras_helpers import OPTIMIZERS, ReferenceRatios, mixed_model_and_data
 from tb_wur_plugin import metadata
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-
-
-class ReferenceRatios(keras.callbacks.Callback):
-    """Saves the weights around every step; numpy ratios of the updates at steps 0, N, 2N..."""
-
-    def __init__(self, every):
-        super().__init__()
-        self.every = every
-        self.expected = {}
-        self.skipped = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.step = int(self.model.optimizer.iterations.numpy())
-        self.before = {v.path: v.numpy() for v in self.model.trainable_variables}
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) == self.step:
-            self.skipped.append(self.step)
-            return
-        if self.step % self.every == 0:
-            for v in self.model.trainable_variables:
-                if v.path not in self.before:  # created during this step
-                    continue
-                self.expected[(v.path, self.step)] = reference_ratio(
-                    self.before[v.path], v.numpy()
-                )
 
 
 def _logged(logdir):

@@ -22,6 +22,7 @@ L = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from helpers import read_packed  # noqa: E402
 from lightning_ddp_worker import Regression  # noqa: E402
+from suite_paths import SUPPORT  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.lightning import WeightUpdateRatioCallback  # noqa: E402
 
@@ -157,7 +158,7 @@ def test_ddp_two_processes_write_once(tmp_path):
     writes one event file of ratios (beside the logger's own), equal to the reference of
     the full parameters (every rank holds them under DDP), steps = trainer.global_step."""
     out = str(tmp_path / "result.json")
-    worker = os.path.join(os.path.dirname(__file__), "lightning_ddp_worker.py")
+    worker = os.path.join(SUPPORT, "lightning_ddp_worker.py")
     subprocess.run([sys.executable, worker, str(tmp_path), str(STEPS), str(EVERY), out],
                    check=True, timeout=300, capture_output=True,
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -25,7 +25,7 @@ from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
 EVERY = 3
 FIRST_STEPS, MORE_STEPS = 7, 8  # steps 0-6, then 7-14: logged 0, 3, 6 | 9, 12
 LOGGED = [0, 3, 6, 9, 12]
-WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
+WORKER = resume_worker.__file__
 
 
 def _torch_run(run_dir: str, checkpoint: str, out: str) -> dict[str, dict[int, float]]:

@@ -1,4 +1,4 @@
-"""PyTorch `watch` under sharding: two gloo ranks on CPU (tests/torch_sharded_worker.py, one
+"""PyTorch `watch` under sharding: two gloo ranks on CPU (tests/support/torch_sharded_worker.py, one
 run of it for every setting) train under FSDP2, FSDP1 (either `use_orig_params`), DTensor
 tensor parallel, FSDP x TP, HSDP, DDP and GradScaler; every ratio and histogram read back
 through the real TensorBoard, in both loaders, is the one of the full parameters gathered
@@ -15,8 +15,6 @@ import sys
 import pytest
 
 pytest.importorskip("torch")
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 from framework_servers import assert_ratios_match, both_loaders, export  # noqa: E402
 import torch_sharded_worker as worker  # noqa: E402

@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from helpers import read_packed  # noqa: E402
+from suite_paths import SUPPORT  # noqa: E402
 from transformers_ddp_worker import Tokens  # noqa: E402
 from trainer_helpers import UpdateReference, assert_matches, read_back  # noqa: E402
 from tb_wur_plugin.transformers import WeightUpdateRatioCallback  # noqa: E402
@@ -109,7 +110,7 @@ def test_ddp_two_processes_write_once(tmp_path):
     steps = global_step before the update."""
     steps = 20
     out = str(tmp_path / "result.json")
-    worker = os.path.join(os.path.dirname(__file__), "transformers_ddp_worker.py")
+    worker = os.path.join(SUPPORT, "transformers_ddp_worker.py")
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          worker, str(tmp_path / "out"), str(steps), str(LOGGING), out],

@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tb_wur_plugin"
 READ_SIDE = ("read", "web", "plugin", "cli")
 WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "events", "armijo", "compat", "writer",

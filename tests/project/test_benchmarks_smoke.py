@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
+BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks")
 
 
 def _run(script, *args):

@@ -10,7 +10,7 @@ import numpy as np
 from helpers import ratio_series, read_events
 from tb_wur_plugin import cli, metadata
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
+EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples")
 
 
 def _run(script, *args):

@@ -1,4 +1,4 @@
-"""The default judgement on real training runs (tests/judgement_corpus.py): healthy runs get
+"""The default judgement on real training runs (tests/support/judgement_corpus.py): healthy runs get
 no flag, each seeded defect exactly its layers with its reason — through `tb-wur report`
 (in-process and the installed console script, both loaders) and through `/flags` (the
 in-process plugin and the real `tensorboard`), which say the same thing word for word. And

@@ -1,4 +1,4 @@
-"""Tiny trainings under a `tf.distribute` strategy, for tests/test_distribute.py.
+"""Tiny trainings under a `tf.distribute` strategy, for tests/frameworks/test_distribute.py.
 
     python distribute_worker.py mirrored OUT     # MirroredStrategy over two logical CPUs
     python distribute_worker.py multiworker OUT  # one worker of MultiWorkerMirroredStrategy

@@ -1,20 +1,79 @@
-"""Test helpers: an independent reader of event files and numpy reference ratios."""
+"""Test helpers: an independent reader of event files and numpy reference ratios.
+
+Imports no TensorFlow (nor Keras): the tests of the TensorFlow-free writers use it too. Event
+files are read as TensorBoard's `EventFileLoader` reads them, without TensorFlow; only a logdir
+on another filesystem than the local one (e.g. `ram://...`) is reached through `tf.io.gfile`.
+"""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import glob
 import json
 import os
+import struct
+from typing import Iterator
 
-import keras
+import google_crc32c
 import numpy as np
-import tensorflow as tf
-from tensorboard.backend.event_processing import event_file_loader
-from tensorboard.compat.proto import summary_pb2
+from tensorboard import data_compat, dataclass_compat
+from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
 from tb_wur_plugin import metadata
+
+
+def event_files(logdir: str) -> list[str]:
+    """The event files directly in `logdir`, in name order (write order): a local folder
+    listed by the standard library, any other path `tf.io.gfile` reads through TensorFlow."""
+    pattern = os.path.join(logdir, "events.out.tfevents.*")
+    if "://" not in logdir:
+        return sorted(glob.glob(pattern))
+    import tensorflow as tf
+
+    return sorted(tf.io.gfile.glob(pattern))
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """The masked CRC-32C of TFRecord framing."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _records(data: bytes) -> Iterator[bytes]:
+    """The payloads of the TFRecord bytes `data` up to the first record that is truncated or
+    fails a CRC (where TensorFlow's reader raises DataLossError, on which TensorBoard's
+    loader stops reading the file)."""
+    position = 0
+    while position + 12 <= len(data):
+        header = data[position:position + 8]
+        if struct.unpack("<I", data[position + 8:position + 12])[0] != _masked_crc32c(header):
+            return
+        (length,) = struct.unpack("<Q", header)
+        end = position + 12 + length + 4
+        payload = data[position + 12:end - 4]
+        if end > len(data) or struct.unpack("<I", data[end - 4:end])[0] != _masked_crc32c(payload):
+            return
+        yield payload
+        position = end
+
+
+def load_events(path: str) -> Iterator[event_pb2.Event]:
+    """The events of the event file `path` as TensorBoard's `EventFileLoader` gives them:
+    through its read-time compatibility layers (`data_compat`, `dataclass_compat`)."""
+    if "://" in path:
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path, "rb") as file:
+            data = file.read()
+    else:
+        with open(path, "rb") as file:
+            data = file.read()
+    initial_metadata: dict[str, summary_pb2.SummaryMetadata] = {}
+    for record in _records(data):
+        event = data_compat.migrate_event(event_pb2.Event.FromString(record))
+        yield from dataclass_compat.migrate_event(event, initial_metadata)
 
 
 def read_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]]:
@@ -58,8 +117,8 @@ def read_raw_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, dict]]
     `logdir` as stored (histograms of version 1 and 2 decoded to their counts)."""
     series = collections.defaultdict(list)
     contents = {}
-    for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
-        for event in event_file_loader.EventFileLoader(path).Load():
+    for path in event_files(logdir):
+        for event in load_events(path):
             for value in event.summary.value:
                 if value.metadata.plugin_data.plugin_name:
                     contents[value.tag] = value.metadata
@@ -111,9 +170,9 @@ def read_packed(logdir: str, metadata_once: bool = True) -> PackedRun:
     contiguous offsets from 0 (ratios: with one skipped-step marker); with `metadata_once`,
     each tag's metadata is in its first value of each file and in no other."""
     run = PackedRun({}, [], {}, {}, {}, [])
-    for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    for path in event_files(logdir):
         described: set[str] = set()
-        for event in event_file_loader.EventFileLoader(path).Load():
+        for event in load_events(path):
             chunks = {kind: [] for kind in metadata.PACKED_KINDS}
             in_event = {kind: [] for kind in chunks}  # the layers of its chunks
             tags = []
@@ -202,15 +261,6 @@ def reference_buckets(values: np.ndarray) -> np.ndarray:
     return counts
 
 
-# The optimizers the ratio tests train with, by name (SGD's lr is 0.1: a test relies on it).
-OPTIMIZERS = {
-    "sgd": lambda: keras.optimizers.SGD(0.1),
-    "momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
-    "adam": lambda: keras.optimizers.Adam(1e-2),
-    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.5),
-}
-
-
 def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
     """Compare {key: ratio} dicts, where inf must match inf and NaN must match NaN.
 
@@ -223,36 +273,3 @@ def assert_ratios_close(actual: dict, expected: dict, rtol: float) -> None:
             assert np.isnan(got) if np.isnan(want) else got == want, (key, got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=rtol, err_msg=str(key))
-
-
-def mixed_model_and_data(seed: int = 0):
-    """A model with Dense, Conv2D, BatchNormalization, Embedding and LSTM layers, and a batch."""
-    keras.utils.set_random_seed(seed)
-    image = keras.Input((8, 8, 1), name="image")
-    tokens = keras.Input((6,), dtype="int32", name="tokens")
-    seen = keras.layers.Conv2D(4, 3, name="conv")(image)
-    seen = keras.layers.BatchNormalization(name="norm")(seen)
-    seen = keras.layers.Flatten()(seen)
-    read = keras.layers.Embedding(20, 4, name="embed")(tokens)
-    read = keras.layers.LSTM(5, name="lstm")(read)
-    merged = keras.layers.Concatenate()([seen, read])
-    output = keras.layers.Dense(3, name="head")(merged)
-    model = keras.Model([image, tokens], output, name="mixed")
-    rng = np.random.default_rng(seed)
-    x = [
-        rng.normal(size=(16, 8, 8, 1)).astype("float32"),
-        rng.integers(0, 20, size=(16, 6)).astype("int32"),
-    ]
-    y = rng.normal(size=(16, 3)).astype("float32")
-    return model, x, y
-
-
-def apply_non_finite_gradients(optimizer, variables) -> None:
-    """One optimizer step whose gradients are not finite (+inf in the first element of the
-    first gradient, zeros elsewhere), as an overflowing float16 backward pass gives them.
-    A `LossScaleOptimizer` skips it: weights and `iterations` stay, the loss scale halves.
-    For testing what is logged for a skipped step, e.g. inside `wur_summary.watch`."""
-    variables = list(variables)
-    grads = [np.zeros(v.shape, v.dtype) for v in variables]
-    grads[0].reshape(-1)[0] = np.inf
-    optimizer.apply([tf.constant(g) for g in grads], variables)

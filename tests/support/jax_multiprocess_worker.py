@@ -1,4 +1,4 @@
-"""One process of a two-process JAX run on CPU (tests/test_jax_multiprocess.py).
+"""One process of a two-process JAX run on CPU (tests/frameworks/test_jax_multiprocess.py).
 
 argv: process_id, coordinator port, logdir, steps, spectral (0/1), out (json of the gathered
 truth, written by process 0). Two CPU devices per process; params sharded over the four

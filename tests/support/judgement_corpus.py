@@ -11,7 +11,7 @@ flagged and the reason each must get.
 
 `generate(logdir)` writes every run (name = the run's directory under `logdir`; Keras runs
 write into `NAME/train`, as the callback does) and returns the specs; about a minute of CPU.
-Used by tests/test_judgement.py and benchmarks/judgement.py.
+Used by tests/read/test_judgement.py and benchmarks/judgement.py.
 """
 
 from __future__ import annotations

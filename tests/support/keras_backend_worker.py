@@ -1,8 +1,8 @@
 """Fits a small Keras model with WeightUpdateRatioCallback on the backend KERAS_BACKEND
 names (jax or torch), beside a numpy reference, and prints what the test compares as one
-JSON line. Run by tests/test_keras_backends.py:
+JSON line. Run by tests/frameworks/test_keras_backends.py:
 
-    KERAS_BACKEND=jax python tests/keras_backend_worker.py LOGDIR OPTIMIZER
+    KERAS_BACKEND=jax python tests/support/keras_backend_worker.py LOGDIR OPTIMIZER
 
 It writes LOGDIR/train. No TensorFlow is imported by this script; it reports which
 TensorFlow modules were loaded and by whom.

@@ -1,11 +1,11 @@
 """One small run's data, written in every layout the writers have written, for the tests that
-read old and new layouts back alike (`tests/test_layouts.py`).
+read old and new layouts back alike (`tests/write/test_layouts.py`).
 
 The committed fixtures under `tests/fixtures/layouts/` were written by this module's
 `write_old_layouts` with the writers of protocol version 2 (commit 84db404), before the
 packed layout existed, and are never rewritten: they are what users' old logdirs hold.
 
-    python tests/layout_fixtures.py   # rewrites the fixtures (only with an old writer)
+    python tests/support/layout_fixtures.py   # rewrites the fixtures (only with an old writer)
 
 Layouts (one run directory each):
 - ``per_tag_every_step``: one scalar per layer and step with the tag's metadata at every
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "layouts"
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "layouts"
 OLD_LAYOUTS = ("per_tag_every_step", "per_tag_once", "tf_summary_ops")
 
 # the run's layers, in model order, with their shapes

@@ -1,6 +1,6 @@
 """Peak memory of a training step of an Embedding model, with and without `watch` logging.
 
-    TF_CPU_ALLOCATOR_USE_BFC=true python tests/measure_sparse_memory.py sgd|adam
+    TF_CPU_ALLOCATOR_USE_BFC=true python tests/support/measure_sparse_memory.py sgd|adam
 
 Prints one JSON object: the peak rise of TensorFlow's CPU allocator above its use before the
 step, in units of the embedding's bytes (median of 3), for the bare step ("bare"), a logged

@@ -1,7 +1,7 @@
 """Trains a tiny model, logging every step's ratios, until the test kills it with SIGKILL.
 
-    python tests/train_until_killed.py callback LOGDIR   # WeightUpdateRatioCallback, defaults
-    python tests/train_until_killed.py watch LOGDIR      # watch in a custom loop, one writer
+    python tests/support/train_until_killed.py callback LOGDIR   # WeightUpdateRatioCallback, defaults
+    python tests/support/train_until_killed.py watch LOGDIR      # watch in a custom loop, one writer
                                                          # block, flush_millis=100
 
 Each step sleeps a little, so that a test that waits for a few logged steps kills it long

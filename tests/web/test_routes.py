@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from backend import Backend
+from out_of_order_runs import write_out_of_order_runs
 from tb_wur_plugin.read import heatmap_wire
 from tb_wur_plugin import metadata, wur_summary
 
@@ -493,24 +494,8 @@ def test_heatmap_header_carries_every_constant_of_the_decoder(backend):
 # --- steps written out of order ---------------------------------------------------------------
 
 
-def _write_out_of_order_runs(logdir):
-    """shuffled: steps 5, 2, 9. restarted: steps 0-7, then (a restart from a checkpoint, a
-    second event file) steps 4-11 with other values: steps 4-7 are written twice."""
-    writer = tf.summary.create_file_writer(f"{logdir}/shuffled")
-    with writer.as_default():
-        for step in (5, 2, 9):
-            wur_summary.scalar("net/w", 1e-3 * (1 + step), step=step)
-    writer.close()
-    for steps, value in ((range(0, 8), 1e-3), (range(4, 12), 2e-3)):
-        writer = tf.summary.create_file_writer(f"{logdir}/restarted")
-        with writer.as_default():
-            for step in steps:
-                wur_summary.scalar("net/w", value, step=step)
-        writer.close()
-
-
 def test_series_is_by_step_as_the_export(tmp_path):
-    _write_out_of_order_runs(str(tmp_path))
+    write_out_of_order_runs(str(tmp_path))
     backend = Backend(str(tmp_path))
     shuffled = backend.json("series", run="shuffled", tag="net/w")
     assert shuffled["steps"] == [2, 5, 9]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from out_of_order_runs import write_out_of_order_runs
 from tb_server import TensorBoardServer
-from test_backend import _write_out_of_order_runs
 from tb_wur_plugin.read import heatmap_wire
 from tb_wur_plugin import wur_summary
 
@@ -129,7 +129,7 @@ def test_skipped_steps_survive_sampling_with_the_ratios(tmp_path, load_fast):
 def test_series_is_by_step_with_the_fast_loader(tmp_path):
     """Steps written out of order, and a restarted run: /series is ascending and gives the
     export's points in the export's order."""
-    _write_out_of_order_runs(str(tmp_path))
+    write_out_of_order_runs(str(tmp_path))
     with TensorBoardServer(str(tmp_path), True) as server:
         server.wait_for(
             lambda d: [r["last_step"] for r in d["runs"]] == [11, 9], "/data/plugin/wur/runs"

@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import (
-    OPTIMIZERS,
-    mixed_model_and_data,
-    ratio_series,
-    read_packed,
-    reference_ratio,
-)
+from helpers import ratio_series, read_packed, reference_ratio
+from keras_helpers import OPTIMIZERS, mixed_model_and_data
 from tb_wur_plugin import wur_summary
 from tb_wur_plugin.tf_write import watch
 

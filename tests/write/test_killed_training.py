@@ -27,11 +27,10 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from helpers import ratio_series
+from suite_paths import ROOT, SUPPORT
 from tb_server import TensorBoardServer
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def record_ends(data: bytes) -> list[int]:
@@ -201,13 +200,13 @@ def killed_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("killed")
     logdir, scratch = str(root / "logs"), str(root / "scratch")
     processes, outputs = {}, {}
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.path.dirname(TESTS)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ROOT}
     intact = {}
     try:
         for mode in RUNS:
             outputs[mode] = open(root / f"{mode}.log", "w+")
             processes[mode] = subprocess.Popen(
-                [sys.executable, os.path.join(TESTS, "train_until_killed.py"), mode,
+                [sys.executable, os.path.join(SUPPORT, "train_until_killed.py"), mode,
                  os.path.join(logdir, mode)],
                 stdout=outputs[mode], stderr=subprocess.STDOUT, env=env,
             )

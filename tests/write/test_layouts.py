@@ -1,7 +1,7 @@
 """Every layout the writers have written reads back alike, through the real TensorBoard in both
 loaders, every route, `tb-wur report` and `read_ratios`:
 - the packed layout (protocol version 3) and the committed fixtures of the older ones
-  (tests/layout_fixtures.py), each alone, of the same data;
+  (tests/support/layout_fixtures.py), each alone, of the same data;
 - a run whose first part is an old layout and whose continuation is packed (an upgrade
   between two event files of one run);
 - a packed run whose set of layers changes midway (a layer added after step k);

@@ -13,15 +13,14 @@ import pytest
 import tensorflow as tf
 
 from helpers import (
-    apply_non_finite_gradients,
     assert_ratios_close,
     ratio_series,
     read_events,
     reference_ratio,
 )
+from keras_helpers import ReferenceRatios, apply_non_finite_gradients
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-from test_keras_callback import ReferenceRatios
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 HALF = {"mixed_float16": np.float16, "mixed_bfloat16": tf.bfloat16.as_numpy_dtype}

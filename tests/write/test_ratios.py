@@ -4,15 +4,14 @@ import pytest
 import tensorflow as tf
 
 from helpers import (
-    OPTIMIZERS,
     assert_ratios_close,
-    mixed_model_and_data,
     ratio_series,
     read_events,
     read_packed,
     reference_buckets,
     reference_ratio,
 )
+from keras_helpers import OPTIMIZERS, mixed_model_and_data
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.tf_write import ratios, watch
 from tb_wur_plugin.tf_write.variables import _variable_path, watched_variables

@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from backend import Backend
 from helpers import assert_ratios_close, ratio_series, reference_ratio
+from keras_helpers import ReferenceRatios
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-from test_keras_callback import ReferenceRatios
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 The ratios must match numpy's, and a logged step must not hold more dense copies of a big
 embedding than needed. Memory is measured in a subprocess by TensorFlow's BFC allocator
-(tests/measure_sparse_memory.py), deterministic with one inter-op thread.
+(tests/support/measure_sparse_memory.py), deterministic with one inter-op thread.
 
 Note: once a variable has been read or written sparsely (a gather, a scatter), TensorFlow
 copies it on every dense read ("copy-on-read mode"): the bare step's forward pass already
@@ -21,12 +21,12 @@ import pytest
 import tensorflow as tf
 
 from helpers import assert_ratios_close, ratio_series, reference_ratio
+from keras_helpers import ReferenceRatios
 from measure_sparse_memory import embedding_model
+from suite_paths import ROOT, SUPPORT
 from tb_wur_plugin import wur_summary
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
-from test_keras_callback import ReferenceRatios
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 ROWS, WIDTH = 50_000, 64
 
 
@@ -100,11 +100,11 @@ def peak_memory():
     ops, and so the peak (Adam's logged step: +1.00 instead of +0.01 in 2 of 12 runs with
     four at once, 0 of 8 alone)."""
     env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONPATH": os.path.dirname(TESTS)}
+           "PYTHONPATH": ROOT}
     results = {}
     for name in ("sgd", "adam"):
         process = subprocess.run(
-            [sys.executable, os.path.join(TESTS, "measure_sparse_memory.py"), name],
+            [sys.executable, os.path.join(SUPPORT, "measure_sparse_memory.py"), name],
             capture_output=True, env=env, text=True, timeout=300,
         )
         assert process.returncode == 0, process.stderr[-3000:]

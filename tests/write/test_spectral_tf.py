@@ -5,7 +5,7 @@ event files: `wur_summary.watch(spectral=True)` traced under a writer, eagerly a
 tensor `record_if`; `WeightUpdateRatioCallback(spectral=True)` on Keras's TensorFlow backend
 here and on its JAX and PyTorch backends in a subprocess each (this file run as a script).
 
-    KERAS_BACKEND=jax python tests/test_spectral_tf.py LOGDIR   # the worker
+    KERAS_BACKEND=jax python tests/write/test_spectral_tf.py LOGDIR   # the worker
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
+ROOT = os.path.dirname(os.path.dirname(SUPPORT))
+sys.path.insert(0, SUPPORT)
 sys.path.insert(0, ROOT)
 
 TOLERANCE = 1e-3  # the contract's: relative to numpy's SVD
@@ -207,7 +207,7 @@ def test_keras_callback_spectral_tensorflow_backend(tmp_path):
 def test_keras_callback_spectral_array_backends(tmp_path, backend):
     pytest.importorskip(backend)
     env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": "",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([ROOT, HERE])}
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([ROOT, SUPPORT])}
     worker = subprocess.run(
         [sys.executable, os.path.abspath(__file__), str(tmp_path)], env=env,
         capture_output=True, text=True, timeout=300,
