@@ -1,4 +1,5 @@
-"""The core install without TensorFlow (issue 22, ../shared/CONTRACT.md "Install").
+"""The core install without TensorFlow (README.md, "Installing into your own environment":
+`pip install .` installs no TensorFlow; `.[tensorflow]` adds it).
 
 Each check runs in a fresh interpreter whose `sys.meta_path` starts with a finder that makes
 `tensorflow` (and `keras` where said) look not installed: importing it, or a submodule,

@@ -1,8 +1,8 @@
 """Trains a tiny model, logging every step's ratios, until the test kills it with SIGKILL.
 
-    python tests/support/train_until_killed.py callback LOGDIR   # WeightUpdateRatioCallback, defaults
-    python tests/support/train_until_killed.py watch LOGDIR      # watch in a custom loop, one writer
-                                                         # block, flush_millis=100
+    python tests/support/train_until_killed.py callback LOGDIR  # the callback, its defaults
+    python tests/support/train_until_killed.py watch LOGDIR     # watch in a custom loop, one
+                                                                # writer block, flush_millis=100
 
 Each step sleeps a little, so that a test that waits for a few logged steps kills it long
 before MAX_STEPS; after MAX_STEPS (below the plugin's 10,000 kept steps per tag, should the
