@@ -7,7 +7,7 @@ after step 0). Runs are interleaved in one process; the median time of each, as 
 the same trainer's bare run.
 
     .venv/bin/python benchmarks/trainers.py [--repeats 5] [--steps 40] [--trainers hf lightning]
-    .venv/bin/python benchmarks/trainers.py --smoke     # 1 repeat of 3 steps
+    .venv/bin/python benchmarks/trainers.py --smoke     # 1 repeat of 3 steps, no warm-up
 """
 
 from __future__ import annotations
@@ -120,15 +120,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--trainers", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
-    parser.add_argument("--smoke", action="store_true", help="1 repeat of 3 steps, seconds")
+    parser.add_argument("--smoke", action="store_true", help="1 repeat of 3 steps, no warm-up")
     a = parser.parse_args()
     if a.smoke:
         a.repeats, a.steps = 1, 3
     cases = [(t, k, e) for t in a.trainers for e in (1, 10**9)
              for k in ("bare", "callback", "watch")]
     times = {c: [] for c in cases}
-    for trainer in a.trainers:
-        RUNS[trainer]("bare", 1, 5)  # warm-up
+    if not a.smoke:  # a warm-up for the timings (a smoke run's are not read)
+        for trainer in a.trainers:
+            RUNS[trainer]("bare", 1, 5)
     for _ in range(a.repeats):
         for trainer, kind, every in cases:
             times[(trainer, kind, every)].append(RUNS[trainer](kind, every, a.steps))

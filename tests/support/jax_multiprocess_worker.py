@@ -1,9 +1,11 @@
 """One process of a two-process JAX run on CPU (tests/frameworks/test_jax_multiprocess.py).
 
-argv: process_id, coordinator port, logdir, steps, spectral (0/1), out (json of the gathered
-truth, written by process 0). Two CPU devices per process; params sharded over the four
-devices of the two processes with NamedSharding; optax Adam steps; every process calls
-log_update_ratios, process 0 with its writer, process 1 with writer=None.
+argv: process_id, coordinator port, logdir, steps, out (json of the gathered truth, written
+by process 0). Two CPU devices per process; params sharded over the four devices of the two
+processes with NamedSharding; optax Adam steps; every process calls log_update_ratios,
+process 0 with its writer, process 1 with writer=None: the run LOGDIR/frobenius without
+spectral ratios, then LOGDIR/spectral with them (the same training), in one start of the
+two processes. OUT: {run: {metric: {tag: {step: ratio}}}}.
 """
 
 from __future__ import annotations
@@ -27,11 +29,22 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 
 def main() -> None:
-    pid, port, logdir, steps, spectral, out = sys.argv[1:7]
-    pid, steps, spectral = int(pid), int(steps), spectral == "1"
+    pid, port, logdir, steps, out = sys.argv[1:6]
+    pid, steps = int(pid), int(steps)
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
     assert jax.device_count() == 4 and jax.local_device_count() == 2
+    truths = {run: train(pid, os.path.join(logdir, run), steps, spectral=run == "spectral")
+              for run in ("frobenius", "spectral")}
+    if pid == 0:
+        with open(out, "w") as f:
+            json.dump(truths, f)
+    multihost_utils.sync_global_devices("done")
+    jax.distributed.shutdown()
 
+
+def train(pid: int, logdir: str, steps: int, spectral: bool) -> dict[str, dict]:
+    """`steps` logged steps into `logdir` (process 0 writes); the ratios of the gathered full
+    arrays: {metric: {tag: {step: ratio}}}."""
     from tb_wur_plugin.jax import log_update_ratios
     from tb_wur_plugin.writer import SummaryWriter
 
@@ -84,10 +97,7 @@ def main() -> None:
         params = new
     if writer is not None:
         writer.close()
-        with open(out, "w") as f:
-            json.dump(truth, f)
-    multihost_utils.sync_global_devices("done")
-    jax.distributed.shutdown()
+    return truth
 
 
 if __name__ == "__main__":
