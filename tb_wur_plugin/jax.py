@@ -32,8 +32,13 @@ import numpy as np
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays import jax_math, jax_spectral
 from tb_wur_plugin.arrays.spectral import TRAILING_FAN_OUT, SpectralState
-from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.event_write import (
+    LoggedLayer,
+    LoggedStep,
+    LoggedStepWriter,
+    SummaryWriter,
+    watch_arguments,
+)
 
 __all__ = ["update_ratios", "log_update_ratios", "pytree_tags"]
 
@@ -114,15 +119,15 @@ def log_update_ratios(
     Raises:
       ValueError: on a step to log, `params` has no floating-point leaf (as
         `SummaryWriter.add_ratios` refuses an empty mapping), or `params` and `updates` do
-        not have the same structure and shapes; `every` is not a positive int.
-      TypeError: `writer` is not a `SummaryWriter` (or None off process 0), or
-        `spectral` not a bool.
+        not have the same structure and shapes; `every` is below 1.
+      TypeError: `every` is not an int, `histograms` or `spectral` not a bool
+        (`event_write.watch_arguments`); `writer` is not a `SummaryWriter` (or None off
+        process 0).
       ValueError: process 0 passed `writer=None` (nothing would be written), or another
         process passed a writer (a second event file for the run).
     """
     step = operator.index(step)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be a positive int, got {every!r}")
+    every, histograms, spectral = watch_arguments(every, histograms, spectral)
     if step % every:
         return False
     _check_writer(writer)
@@ -133,45 +138,26 @@ def log_update_ratios(
             "out), so there is no ratio to log; pass the trainable parameters and their "
             "updates"
         )
-    if not isinstance(spectral, bool):
-        raise TypeError(f"spectral must be a bool, got {spectral!r}")
     ratios = jax_math.ratios(p_leaves, u_leaves)
-    skipped = bool(np.all(ratios == 0))
     if writer is None:  # another process: its part of the computation is done
         if spectral and _matrices(about):
             _spectral_values(tags, p_leaves, u_leaves, about, _OTHER_PROCESS)
         if histograms:
             jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves))
         return False
-    writer.add_ratios(
-        dict(zip(tags, map(float, ratios))),
-        step,
-        skipped=skipped,
-        descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
-        shapes={tag: info[0] for tag, info in zip(tags, about)},
-    )
-    matrices = _matrices(about)
-    if spectral and matrices:
-        values = _spectral_values(tags, p_leaves, u_leaves, about, writer)
-        writer.add_ratios(
-            {tags[i]: float(r) for i, r in zip(matrices, values)},
-            step,
-            skipped=skipped,
-            descriptions={tags[i]: spectral_description(tags[i], *about[i]) for i in matrices},
-            shapes={tags[i]: about[i][0] for i in matrices},
-            metric=metadata.METRIC_SPECTRAL,
-        )
+    spectral_ratios = None
+    if spectral:
+        matrices = _matrices(about)
+        values = _spectral_values(tags, p_leaves, u_leaves, about, writer) if matrices else []
+        spectral_ratios = {i: float(r) for i, r in zip(matrices, values)}
+    counts = None
     if histograms:
         counts = np.asarray(jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves)))
-        writer.add_histograms(
-            {tag: Counts(c) for tag, c in zip(tags, counts)},
-            step,
-            descriptions={
-                tag: histogram_description(tag, *info) for tag, info in zip(tags, about)
-            },
-        )
-    if learning_rate is not None:
-        writer.add_learning_rate(learning_rate, step)
+    layers = [LoggedLayer(tag, shape, dtype) for tag, (shape, dtype) in zip(tags, about)]
+    LoggedStepWriter(writer).write(LoggedStep(
+        step, layers, ratios, spectral=spectral_ratios, histograms=counts,
+        learning_rate=learning_rate,
+    ))
     return True
 
 

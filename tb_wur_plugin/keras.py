@@ -13,8 +13,8 @@ import sys
 import warnings
 from typing import Any
 
-from tb_wur_plugin.events import run_claims
 from tb_wur_plugin._optional import require
+from tb_wur_plugin.event_write import positive_int, run_claims, watch_arguments
 
 require("keras", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
 
@@ -112,15 +112,12 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             raise TypeError(f"log_dir must be a str path, got bytes: {log_dir!r}")
         if not self.log_dir:
             raise ValueError("log_dir must not be empty")
-        self.update_freq = _positive_int(update_freq, "update_freq", "(optimizer steps)")
-        if not isinstance(histograms, bool):
-            raise TypeError(f"histograms must be a bool, got {histograms!r}")
-        self.histograms = histograms
-        if not isinstance(spectral, bool):
-            raise TypeError(f"spectral must be a bool, got {spectral!r}")
-        self.spectral = spectral
-        self.flush_millis = None if flush_millis is None else _positive_int(
-            flush_millis, "flush_millis", "(milliseconds) or None"
+        self.update_freq, self.histograms, self.spectral = watch_arguments(
+            update_freq, histograms, spectral,
+            every_name="update_freq", every_unit="(optimizer steps)",
+        )
+        self.flush_millis = positive_int(
+            flush_millis, "flush_millis", "(milliseconds)", none_allowed=True
         )
         self._logger = None
         self._logged_model = None
@@ -328,16 +325,6 @@ def _backend() -> Any:
     from tb_wur_plugin.keras_backends import array_backends
 
     return array_backends
-
-
-def _positive_int(value: Any, name: str, unit: str) -> int:
-    """`value` as an int >= 1: TypeError if it is not an int (bools are not), ValueError if
-    it is below 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= 1 {unit}, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1 {unit}, got {value}")
-    return int(value)
 
 
 def _loss_scale(optimizer: Any) -> float | None:

@@ -23,6 +23,7 @@ except ImportError:  # the standalone pytorch_lightning distribution
     from pytorch_lightning import Callback
     from pytorch_lightning.loggers import TensorBoardLogger
 
+from tb_wur_plugin.event_write import watch_arguments
 from tb_wur_plugin.torch import WatchHandle, watch
 
 __all__ = ["WeightUpdateRatioCallback"]
@@ -72,18 +73,10 @@ class WeightUpdateRatioCallback(Callback):
 
     def __init__(self, log_dir: str | os.PathLike | None = None, every: int | None = None,
                  histograms: bool = False, spectral: bool = False) -> None:
-        if every is not None:
-            if isinstance(every, bool) or not isinstance(every, int):
-                raise TypeError(f"every must be an int >= 1 or None, got {every!r}")
-            if every < 1:
-                raise ValueError(f"every must be >= 1, got {every}")
+        self.every, self.histograms, self.spectral = watch_arguments(
+            every, histograms, spectral, every_may_be_none=True
+        )
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        self.every = every
-        for name, value in (("histograms", histograms), ("spectral", spectral)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {value!r}")
-        self.histograms = histograms
-        self.spectral = spectral
         self._handle: WatchHandle | None = None
 
     def _log_dir(self, trainer: Any) -> str:

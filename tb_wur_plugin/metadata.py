@@ -580,6 +580,24 @@ def packed_layers(content: dict[str, Any]) -> list[PackedLayer]:
     ]
 
 
+def step_was_skipped(ratios: Any, reduce_all: Any = np.all, equal: Any = np.equal) -> Any:
+    """The skipped-step rule: a logged step whose ratios are all 0 (no watched variable
+    changed) was skipped by the optimizer, and its skipped-step marker (``skipped_step``, the
+    last value of each packed ratios chunk) is 1; the ratios are written as they are (all 0).
+    Every writer that decides the marker from the ratios decides it here.
+
+    Args:
+      ratios: the step's ratios, one per layer (an array of any array library).
+      reduce_all, equal: that library's `all` and elementwise `equal` (default numpy's;
+        TensorFlow's `tf.reduce_all` and `tf.math.equal` in a graph).
+
+    Returns:
+      `reduce_all(equal(ratios, 0))`: with numpy a numpy bool; in TensorFlow a boolean
+      tensor.
+    """
+    return reduce_all(equal(ratios, 0))
+
+
 def encode_packed_ratios(ratios: Any, skipped: bool) -> bytes:
     """The stored value of one step of a ``packed_ratios`` (or ``packed_spectral``) series:
     `ratios` (float32, one

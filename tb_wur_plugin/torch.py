@@ -21,7 +21,6 @@ on the other steps the hooks compare an integer and return. No TensorFlow is imp
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from typing import Any, NamedTuple, Sequence
 
@@ -29,12 +28,19 @@ import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.arrays import torch_math, torch_shards, torch_spectral
-from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
+from tb_wur_plugin.arrays import torch_math, torch_spectral
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
-from tb_wur_plugin.events import run_claims
-from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
+from tb_wur_plugin.event_write import (
+    LoggedStep,
+    LoggedStepWriter,
+    check_target,
+    open_target,
+    run_claims,
+    run_dir_of,
+    watch_arguments,
+)
+from tb_wur_plugin.torch_internals import grad_scaler, shards
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -153,27 +159,20 @@ def watch(
     optimizers = _optimizers_of(optimizer)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(every, bool) or not isinstance(every, int):
-        raise TypeError(f"every must be an int, got {every!r}")
-    if every < 1:
-        raise ValueError(f"every must be at least 1, got {every}")
-    if not isinstance(histograms, bool):
-        raise TypeError(f"histograms must be a bool, got {histograms!r}")
-    if not isinstance(spectral, bool):
-        raise TypeError(f"spectral must be a bool, got {spectral!r}")
+    every, histograms, spectral = watch_arguments(every, histograms, spectral)
     if first_step is not None:
         if isinstance(first_step, bool) or not isinstance(first_step, (int, np.integer)):
             raise TypeError(f"first_step must be an int >= 0 or None, got {first_step!r}")
         if first_step < 0:
             raise ValueError(f"first_step must be >= 0, got {first_step}")
         first_step = int(first_step)
-    _check_writer_argument(log_dir_or_writer)
+    check_target(log_dir_or_writer)
     explicit = first_step is not None
     if first_step is None:
         first_step = 0
         for o in optimizers:  # a loop: the warning's stacklevel counts no generator frame
             first_step += _restored_step(o, stacklevel=3)
-    sharded = _distributed() and torch_shards.is_sharded(model)
+    sharded = _distributed() and shards.is_sharded(model)
     if sharded and spectral:
         raise ValueError(
             "watch(spectral=True) does not support sharded models (FSDP, DTensor): the "
@@ -186,16 +185,16 @@ def watch(
             "DTensor): watch each optimizer into its own run directory"
         )
     if sharded:  # every rank counts the same steps (one collective, here only)
-        first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
+        first_step = shards.agreed_steps(first_step, explicit, every, _device_of(model))
     watched = [_Watched(o, i, len(optimizers), first_step, every)
                for i, o in enumerate(optimizers)]
     if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
         return WatchHandle(watched if sharded else [], model, None, False, every,
                            histograms, first_step, sharded)
     entries = [e for w in watched for e in _entries_of(model, sharded, w)]  # tags valid
-    run_dir = _run_dir_of(log_dir_or_writer)
+    run_dir = run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
-    writer, owned = _writer_of(log_dir_or_writer)
+    writer, owned = open_target(log_dir_or_writer)
     handle = WatchHandle(watched, model, writer, owned, every, histograms, first_step,
                          sharded, spectral)
     try:
@@ -220,7 +219,7 @@ class _Entry(NamedTuple):
 
 class _Pending(NamedTuple):
     step: int
-    entries: list[Any]  # _Entry, or torch_shards.Piece when sharded
+    entries: list[Any]  # _Entry, or shards.Piece when sharded
     before: list[Any]  # copies in the work dtype (sharded: None for the parts not counted)
     learning_rate: float | None
 
@@ -255,6 +254,7 @@ class WatchHandle:
         self._spectral = SpectralState() if spectral else None  # the warm-start vectors
         self._model = model
         self._writer = writer
+        self._step_writer = None if writer is None else LoggedStepWriter(writer)
         self._owns_writer = owns_writer
         self._every = every
         self._histograms = histograms
@@ -269,7 +269,9 @@ class WatchHandle:
                 watched.optimizer.register_step_post_hook(
                     functools.partial(self._post_step, watched)),
             ]
-            _scaler_watch(watched.optimizer, self)
+            grad_scaler.notify_skipped_steps(
+                watched.optimizer, self, lambda: self.steps,
+                functools.partial(self._skipped_step, watched.optimizer))
 
     @property
     def active(self) -> bool:
@@ -286,7 +288,7 @@ class WatchHandle:
         self._hooks = []
         for watched in self._watched:
             watched.pending = None
-            _scaler_unwatch(watched.optimizer, self)
+            grad_scaler.stop_notifying(watched.optimizer, self)
         if self._writer is None:  # a sharded model's rank other than 0
             return
         try:
@@ -334,6 +336,8 @@ class WatchHandle:
 
     def _skipped_step(self, optimizer: torch.optim.Optimizer) -> None:
         """A `GradScaler.step(optimizer)` that did not call `optimizer.step()`."""
+        if not self.active:
+            return
         watched = next(w for w in self._watched if w.optimizer is optimizer)
         step = self.steps
         self.steps = step + 1
@@ -348,15 +352,16 @@ class WatchHandle:
         if self._sharded:
             self._record_sharded(step, entries, None, learning_rate)
             return
-        self._write(
+        self._write(LoggedStep(
             step,
             entries,
             np.zeros(len(entries)),
-            [_zero_counts(e.tensor.numel()) for e in entries] if self._histograms else None,
-            learning_rate,
             spectral=None if self._spectral is None else {
                 i: 0.0 for i, e in enumerate(entries) if len(e.shape) >= 2},
-        )
+            histograms=[_zero_counts(e.tensor.numel()) for e in entries]
+            if self._histograms else None,
+            learning_rate=learning_rate,
+        ))
 
     # --- a logged step -------------------------------------------------------------------
 
@@ -411,7 +416,7 @@ class WatchHandle:
                         matrices.append((i, olds[k] + news[k], olds[k]))
                 if self._histograms:
                     for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
-                        counts[i] = Counts(c)
+                        counts[i] = c
         spectral = None
         if matrices:
             with torch.no_grad():
@@ -421,19 +426,19 @@ class WatchHandle:
             spectral = {i: float(v) for (i, _, _), v in zip(matrices, values)}
             matrices.clear()
         before.clear()  # the copies are freed before the writing
-        self._write(
+        self._write(LoggedStep(
             pending.step,
             entries,
             ratios_from_norms(update_norms, weight_norms),
-            counts if self._histograms else None,
-            pending.learning_rate,
             spectral=spectral,
-        )
+            histograms=counts if self._histograms else None,
+            learning_rate=pending.learning_rate,
+        ))
 
     def _record_sharded(self, step: int, entries: list[Any], before: list[Any] | None,
                         learning_rate: float | None) -> None:
         """A logged step of a sharded model, on every rank: the sums of squares of this
-        rank's counted parts, reduced over all ranks (`torch_shards.reduce_norms`); rank 0
+        rank's counted parts, reduced over all ranks (`shards.reduce_norms`); rank 0
         writes. `before` is None where this rank's GradScaler skipped the update (ΔW = 0)."""
         n = len(entries)
         device = entries[0].tensor.device
@@ -470,8 +475,8 @@ class WatchHandle:
             def update_of(i: int) -> torch.Tensor:
                 return news[i][:0] if skipped or before[i] is None else before[i]
 
-            reduced = torch_shards.reduce_norms(step, entries, weight_sums, update_sums,
-                                                counts, skipped, weight_of, update_of)
+            reduced = shards.reduce_norms(step, entries, weight_sums, update_sums,
+                                          counts, skipped, weight_of, update_of)
         if before is not None:
             before.clear()  # the copies are freed before the writing
         if self._writer is None:
@@ -480,45 +485,15 @@ class WatchHandle:
             ratios = np.zeros(n)
         else:
             ratios = ratios_from_norms(reduced.update_norms, reduced.weight_norms)
-        hists = None if reduced.counts is None else [Counts(c) for c in reduced.counts]
-        self._write(step, entries, ratios, hists, learning_rate,
-                    skipped=True if reduced.all_skipped else None)
+        self._write(LoggedStep(
+            step, entries, ratios, histograms=reduced.counts, learning_rate=learning_rate,
+            skipped=True if reduced.all_skipped else None,
+        ))
 
-    def _write(self, step, entries, ratios, counts, learning_rate, skipped=None,
-               spectral: dict[int, float] | None = None) -> None:
-        """Write a logged step: the ratios (and `spectral`, {entry index: spectral ratio},
-        where given and not empty, with the same skipped-step marker)."""
-        writer = self._writer
-        if skipped is None:  # the writer's rule: a step that changed nothing was skipped
-            skipped = bool(np.all(np.asarray(ratios) == 0))
-        writer.add_ratios(
-            {e.tag: float(r) for e, r in zip(entries, ratios)},
-            step,
-            skipped=skipped,
-            descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
-            shapes={e.tag: e.shape for e in entries},
-        )
-        if spectral:
-            writer.add_ratios(
-                {entries[i].tag: r for i, r in spectral.items()},
-                step,
-                skipped=skipped,
-                descriptions={entries[i].tag: spectral_description(
-                    entries[i].tag, entries[i].shape, entries[i].dtype) for i in spectral},
-                shapes={entries[i].tag: entries[i].shape for i in spectral},
-                metric=metadata.METRIC_SPECTRAL,
-            )
-        if counts is not None:
-            writer.add_histograms(
-                {e.tag: c for e, c in zip(entries, counts)},
-                step,
-                descriptions={
-                    e.tag: histogram_description(e.tag, e.shape, e.dtype) for e in entries
-                },
-            )
-        if learning_rate is not None:
-            writer.add_learning_rate(learning_rate, step)
-        writer.flush()
+    def _write(self, logged: LoggedStep) -> None:
+        """Write a logged step (`LoggedStepWriter.write`) and flush it to the file."""
+        self._step_writer.write(logged)
+        self._writer.flush()
 
 
 # --- parameters ----------------------------------------------------------------------------
@@ -527,7 +502,7 @@ class WatchHandle:
 def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched) -> list[Any]:
     """What a logged step of `watched` logs: the sharded model's pieces, or the parameters."""
     if sharded:  # one optimizer only (watch refuses several)
-        return torch_shards.pieces(model)
+        return shards.pieces(model)
     return _parameters(model, watched.updates, watched.prefix)
 
 
@@ -537,11 +512,11 @@ def _parameters(model: torch.nn.Module, updates: set[int] | None = None,
     ids are in it), with their tags (DDP's and torch.compile's wrapper segments dropped,
     `tag_prefix` prepended)."""
     entries = []
-    prefix = torch_shards.wrapper_prefix(model)
+    prefix = shards.wrapper_prefix(model)
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad or (updates is not None and id(parameter) not in updates):
             continue
-        tag, dtype = torch_shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
+        tag, dtype = shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
         entries.append(_Entry(tag_prefix + tag, parameter.detach(), tuple(parameter.shape),
                               dtype))
     return entries
@@ -559,13 +534,14 @@ def _by_device(entries: list[Any]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _zero_counts(size: int) -> Counts:
+def _zero_counts(size: int) -> np.ndarray:
+    """The histogram counts of a parameter of `size` elements that did not move."""
     counts = np.zeros(metadata.NUM_BUCKETS, np.int64)
     counts[metadata.ZERO_BUCKET] = size
-    return Counts(counts)
+    return counts
 
 
-# --- the optimizer, the writer, the rank -----------------------------------------------------
+# --- the optimizer, the rank -------------------------------------------------------------------
 
 
 def _optimizers_of(optimizer: Any) -> list[torch.optim.Optimizer]:
@@ -626,45 +602,6 @@ def _restored_step(optimizer: torch.optim.Optimizer, stacklevel: int) -> int:
     return 0
 
 
-def _run_dir_of(target: Any) -> str:
-    """The run directory that `target` (a path or a writer) writes into."""
-    if isinstance(target, SummaryWriter):
-        return target.logdir
-    if isinstance(target, (str, os.PathLike)):
-        return os.fspath(target)
-    return target.get_logdir()
-
-
-def _check_writer_argument(target: Any) -> None:
-    if isinstance(target, (SummaryWriter, str, os.PathLike)) or _is_torch_writer(target):
-        return
-    raise TypeError(
-        "log_dir_or_writer must be a path, a tb_wur_plugin.writer.SummaryWriter or a "
-        f"torch.utils.tensorboard.SummaryWriter, got {type(target).__name__}"
-    )
-
-
-def _is_torch_writer(target: Any) -> bool:
-    return callable(getattr(target, "_get_file_writer", None)) and callable(
-        getattr(target, "flush", None)
-    )
-
-
-def _writer_of(target: Any) -> tuple[SummaryWriter, bool]:
-    """The writer to write to, and whether `watch` opened it (and closes it)."""
-    if isinstance(target, SummaryWriter):
-        if target.closed:
-            raise ValueError(f"{target!r} is closed")
-        return target, False
-    if isinstance(target, (str, os.PathLike)):
-        return SummaryWriter(target), True
-
-    def add_event(event) -> None:  # the file writer is recreated if the user closed it
-        target._get_file_writer().add_event(event, step=event.step, walltime=event.wall_time)
-
-    return SummaryWriter.writing_events_to(add_event, target.flush, target.get_logdir()), False
-
-
 def _distributed() -> bool:
     distributed = torch.distributed
     return distributed.is_available() and distributed.is_initialized()
@@ -679,43 +616,3 @@ def _device_of(model: torch.nn.Module) -> torch.device:
     for parameter in model.parameters():
         return parameter.device
     return torch.device("cpu")
-
-
-# --- GradScaler: the steps it skips ---------------------------------------------------------
-
-_SCALER_WATCHES: dict[int, list[WatchHandle]] = {}  # id(optimizer) -> active handles
-
-
-def _scaler_watch(optimizer, handle: WatchHandle) -> None:
-    _SCALER_WATCHES.setdefault(id(optimizer), []).append(handle)
-    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
-    if scaler is None or getattr(scaler.step, "_wur_original", None) is not None:
-        return
-    original = scaler.step
-
-    @functools.wraps(original)
-    def step(self, optimizer, *args, **kwargs):
-        handles = _SCALER_WATCHES.get(id(optimizer))
-        if not handles:
-            return original(self, optimizer, *args, **kwargs)
-        counted = [(h, h.steps) for h in handles]
-        result = original(self, optimizer, *args, **kwargs)
-        for h, steps in counted:
-            if h.steps == steps and h.active:  # optimizer.step() was not called
-                h._skipped_step(optimizer)
-        return result
-
-    step._wur_original = original
-    scaler.step = step
-
-
-def _scaler_unwatch(optimizer, handle: WatchHandle) -> None:
-    handles = _SCALER_WATCHES.get(id(optimizer), [])
-    if handle in handles:
-        handles.remove(handle)
-    if not handles:
-        _SCALER_WATCHES.pop(id(optimizer), None)
-    scaler = torch.amp.GradScaler
-    original = getattr(scaler.step, "_wur_original", None)
-    if not _SCALER_WATCHES and original is not None and "step" in vars(scaler):
-        scaler.step = original

@@ -23,8 +23,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tb_wur_plugin"
 READ_SIDE = ("read", "web", "plugin", "cli")
-WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "events", "armijo", "compat", "writer",
-              "torch", "jax", "keras", "wur_summary", "transformers", "lightning")
+WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "event_write", "torch_internals", "armijo",
+              "compat", "writer", "torch", "jax", "keras", "wur_summary", "transformers",
+              "lightning")
 SHARED = ("metadata", "_optional")
 # TensorBoard's HTTP helpers (besides werkzeug): only the HTTP layer `web/` uses them.
 HTTP_MODULES = ("tensorboard.backend.http_util", "tensorboard.backend.json_util")

@@ -9,6 +9,7 @@ from typing import Any, Iterator, Sequence
 
 import tensorflow as tf
 
+from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.tf_write.batched_write import (
     histogram_chunks,
@@ -309,7 +310,7 @@ def _write_ratios(
     for old, variable in zip(before, variables):
         old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
     ratios = update_ratios(before, variables, changes)  # large variables read one at a time
-    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)
+    skipped = tf.cast(metadata.step_was_skipped(ratios, tf.reduce_all, tf.math.equal), tf.float32)
     written = [
         write_packed_ratios(
             ratio_chunks(tags, variables), to_stored_scalar(ratios), skipped, step, writer,

@@ -1,5 +1,6 @@
 """The bytes of event files, without TensorFlow: the masked CRC-32C of TFRecord framing and
-the protobuf pieces of a `Summary.value` that the writers assemble by hand.
+the protobuf pieces of a `Summary.value` that the writers assemble by hand (the
+TensorFlow-free `SummaryWriter` and TensorFlow's batched writes, `tf_write/batched_write.py`).
 
 The checksum itself is `google_crc32c`'s (Google's C library). TensorBoard's own
 implementation without TensorFlow
@@ -9,8 +10,10 @@ the bytes, too slow for an event of a few hundred ratios written at every logged
 
 from __future__ import annotations
 
+import functools
+
 import google_crc32c
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
 _MASK = 0xFFFFFFFF
 
@@ -49,3 +52,22 @@ def value_prefix(
     tensor_header = b"\x42" + varint(tensor_length)
     value_length = len(head) + len(tensor_header) + tensor_length
     return b"\x0a" + varint(value_length) + head + tensor_header + tensor_fields
+
+
+@functools.lru_cache(maxsize=4096)
+def vector_fields(dtype: int, length: int, data_bytes: int) -> bytes:
+    """The fields of a `TensorProto` {dtype, tensor_shape [length]} and the header of its
+    `tensor_content` (field 4) of `data_bytes` bytes, which follow: a vector as the
+    writers write one.
+
+    Args:
+      dtype: the `DataType` enum value (1: DT_FLOAT, 4: DT_UINT8).
+      length: the vector's number of elements.
+      data_bytes: the number of bytes of its `tensor_content`.
+    """
+    return tensor_pb2.TensorProto(
+        dtype=dtype,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=length)]
+        ),
+    ).SerializeToString() + b"\x22" + varint(data_bytes)

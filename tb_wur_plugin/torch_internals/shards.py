@@ -12,11 +12,11 @@ element exactly once. `reduce_norms` then sums the counted parts' float64 sums o
 more collectives, the norms whose reduced sum may have overflowed or underflowed (decided
 from the reduced sums, so on every rank alike).
 
-Private PyTorch API, read only and only here: FSDP1's `FlatParameter` (its class, from
-`torch.distributed.fsdp._flat_param`, and its `_fqns`, `_shapes`, `_param_infos`,
-`_shard_param_infos` and `_params`), and `FullyShardedDataParallel._flat_param` and
-`._handle` (`.uses_sharded_strategy`, `.process_group`: the ranks that hold one copy).
-`tests/test_torch_sharded.py` exercises all of them against the installed PyTorch.
+Private PyTorch API, read only and only here: the attributes of FSDP1's `FlatParameter`
+(`_fqns`, `_shapes`, `_param_infos`, `_shard_param_infos` and `_params`), and
+`FullyShardedDataParallel._flat_param` and `._handle` (`.uses_sharded_strategy`,
+`.process_group`: the ranks that hold one copy). `tests/test_torch_sharded.py` exercises all
+of them against the installed PyTorch.
 """
 
 from __future__ import annotations
@@ -119,14 +119,6 @@ def _fsdp1_type():
     except ImportError:
         return None
     return FullyShardedDataParallel
-
-
-def _flat_parameter_type():
-    try:
-        from torch.distributed.fsdp._flat_param import FlatParameter
-    except ImportError:
-        return None
-    return FlatParameter
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
