@@ -21,8 +21,9 @@ from tensorboard.backend import http_util, json_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tb_wur_plugin.read import compare, export, flags, heatmap, heatmap_wire, run_data, suggest
+from tb_wur_plugin.read import compare, export, heatmap, heatmap_wire, run_data, suggest
 from tb_wur_plugin import metadata
+from tb_wur_plugin.judgement import judge, reasons
 from tb_wur_plugin.read.argument_values import shown
 from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_SAMPLES_PER_TAG
 from tb_wur_plugin.web.http_args import (
@@ -71,6 +72,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "/runs": self._serve_runs,
             "/heatmap": self._serve_heatmap,
             "/flags": self._serve_flags,
+            "/reasons": self._serve_reasons,
             "/series": self._serve_series,
             "/histograms": self._serve_histograms,
             "/export": self._serve_export,
@@ -124,14 +126,18 @@ class WURPlugin(base_plugin.TBPlugin):
         low = ratio_arg(request, "low", None)  # neither: the default judgement
         high = ratio_arg(request, "high", None)
         try:
-            flags.band_of(low, high)
+            judge.band_of(low, high)
         except ValueError as e:
             raise errors.InvalidArgumentError(str(e)) from None
-        patience = int_arg(request, "patience", flags.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
+        patience = int_arg(request, "patience", judge.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
         body = self.flags_impl(
             ctx, experiment, str_arg(request, "run"), low, high, patience, _metric_arg(request)
         )
         return http_util.Respond(request, body, "application/json")
+
+    @wrappers.Request.application
+    def _serve_reasons(self, request):
+        return http_util.Respond(request, {"reasons": reasons.describe()}, "application/json")
 
     @wrappers.Request.application
     def _serve_series(self, request):
@@ -329,20 +335,20 @@ class WURPlugin(base_plugin.TBPlugin):
     def flags_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str,
         low: float | None = None, high: float | None = None,
-        patience: int = flags.DEFAULT_PATIENCE, metric: str = metadata.METRIC_FROBENIUS,
+        patience: int = judge.DEFAULT_PATIENCE, metric: str = metadata.METRIC_FROBENIUS,
     ) -> dict:
-        """The layers of `run` the judgement (flags.py) flags for `patience`: the default
+        """The layers of `run` the judgement (judge.py) flags for `patience`: the default
         judgement, and with an explicit band (`low` and/or `high`; the missing edge the
         default band's) the band rule too; layers with a NaN first, then by the step they
         were flagged since. `low`/`high` in the answer: the band judged against, both None
         for the default judgement."""
-        band = flags.band_of(low, high)
+        band = judge.band_of(low, high)
         (matrix,) = self._matrices(ctx, experiment, [run], metric)
         kinds = run_data.layer_kinds(
             self._data.listing(ctx, experiment, run, metric), matrix.tags
         )
         reference = self._data.frobenius_reference(ctx, experiment, run, metric)
-        moving = None if reference is None else flags.others_moving(matrix, reference)
+        moving = None if reference is None else judge.others_moving(matrix, reference)
         return {
             "run": run,
             "metric": metric,
@@ -350,7 +356,7 @@ class WURPlugin(base_plugin.TBPlugin):
             "high": band[1] if band else None,
             "patience": patience,
             "layers": json_util.Cleanse(
-                flags.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
+                judge.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
             ),
         }
 
