@@ -1,8 +1,8 @@
 """The facts of each cell (layer × logged step) that the reasons' conditions read
 (reasons.py), computed for a block of steps at once. Every fact of a cell depends on its own
 step only (the peers are the other layers at that step), and on what the layer did at earlier
-steps only through `moved_before` and its group: so a block of one step gives what the same
-step gives inside a whole run.
+steps only through `moved_before` and its group: so a block of one step, as the online
+judgement (online.py) computes it, gives what the same step gives inside a whole run.
 
 Peers: a layer's group is its kind (`metadata.layer_kind`) and whether it grows from zero
 (the first update that moved it found it at exactly 0: +inf; its ratio is then 1/k at its
@@ -156,8 +156,8 @@ def _medians(
     count = valid.sum(axis=0)
     cols = np.arange(n_cols)
 
-    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column
-        return ranked[cols, np.clip(k, 0, n_rows - 1)]
+    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column (k within 0 .. n_rows - 1)
+        return ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
 
     middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
     enough = count >= min_layers

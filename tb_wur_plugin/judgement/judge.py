@@ -1,7 +1,8 @@
 """The judgement of a whole run: which layers are flagged, since which step and why, in one
 line of English each, and the per-layer numbers the headless report prints. Pure numpy. The
 tab (`/flags`) and `tb-wur report` both call `judge_layers`, so that they flag the same
-layers with the same reasons, counts and words for the same settings.
+layers with the same reasons, counts and words for the same settings; the online judgement
+(online.py) gives the same findings step by step.
 
 Judged steps are the logged steps the optimizer did not skip (the skipped-step marker: every
 ratio 0 by design). A *streak* is a run of consecutive judged steps at which a condition

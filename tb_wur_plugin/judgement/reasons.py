@@ -1,6 +1,6 @@
 """The table of reasons: every way the judgement flags a layer, in one place. The report, the
-`/flags` and `/reasons` routes and the tab (which receives the table from `/reasons`) all
-read it; a new reason is one entry here (its condition on one step's
+`/flags` and `/reasons` routes, the tab (which receives the table from `/reasons`) and the
+online judgement all read it; a new reason is one entry here (its condition on one step's
 cells, its words, the judgement it belongs to) and its tests.
 
 A reason's finding is either a *single step* (`judges` None: every step at which `hit` holds
