@@ -14,8 +14,10 @@ import re
 import sys
 from typing import Any, Callable
 
-from tb_wur_plugin.read.settings import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
-from tb_wur_plugin.read import argument_values, flags, suggest
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE
+from tb_wur_plugin.read.settings import DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read import argument_values, suggest
 
 EXIT_OK, EXIT_FLAGGED, EXIT_ERROR = 0, 1, 2
 
@@ -72,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--high", type=_positive_float, default=None,
                    help="an explicit band's high edge: adds the band rule (above_band) "
                    f"(default with --low only: {DEFAULT_BAND[1]:g})")
-    p.add_argument("--patience", type=_positive_int, default=flags.DEFAULT_PATIENCE,
+    p.add_argument("--patience", type=_positive_int, default=DEFAULT_PATIENCE,
                    help="judged steps in a row that make a finding flag a layer")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on-flags", action="store_true",
@@ -96,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # bad arguments: usage and reason on stderr, status 2
     try:
-        flags.band_of(args.low, args.high)
+        judge.band_of(args.low, args.high)
     except ValueError as e:
         print(f"tb-wur report: --{e}", file=sys.stderr)  # "--low (..) must be below high (..)"
         return EXIT_ERROR

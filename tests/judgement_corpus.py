@@ -1,4 +1,4 @@
-"""A corpus of real training runs for the default judgement (tb_wur_plugin/read/flags.py):
+"""A corpus of real training runs for the default judgement (tb_wur_plugin/judgement/):
 small models trained on real data (scikit-learn's digits, offline) or synthetic token
 sequences, logged by the project's own writers — PyTorch `watch`, the Keras callback, JAX
 `log_update_ratios` — at every step.

@@ -84,3 +84,8 @@ def test_trainers_benchmark_smoke():
         for kind in ("bare", "callback", "watch"):
             assert any(line.startswith(trainer) and f" {kind} " in line
                        for line in out.splitlines()), (trainer, kind, out)
+
+
+def test_online_judgement_benchmark_smoke():
+    out = _run("online_judgement.py")
+    assert "OnlineJudgement.observe" in out and "spectral" in out

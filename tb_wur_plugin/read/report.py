@@ -1,7 +1,7 @@
 """The headless report (`tb-wur report`): a logdir read with TensorBoard's own loading code
 through the data provider interface the plugin uses (run_data.RunData: the same reading,
-model order and skipped steps), judged by the plugin's flag rule (flags.py), with suggested
-learning rates (suggest.py) and a run comparison (compare.py).
+model order and skipped steps), judged by the plugin's judgement (judgement/judge.py), with
+suggested learning rates (suggest.py) and a run comparison (compare.py).
 
 Loading: by default TensorBoard's fast loader (its Rust data server, as
 `tensorboard --load_fast=true` runs it, loading the logdir once); `load_fast=False`, or no
@@ -25,9 +25,11 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 
-from tb_wur_plugin.read import compare, flags, heatmap, run_data, run_listing, suggest
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE
+from tb_wur_plugin.read import compare, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_SAMPLES_PER_TAG
 
 _EXPERIMENT = ""
 
@@ -39,11 +41,11 @@ class ReportError(Exception):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """low, high: the explicit band's edges; both None (default): the default judgement;
-    one None: that edge from settings.DEFAULT_BAND (flags.band_of)."""
+    one None: that edge from thresholds.DEFAULT_BAND (judge.band_of)."""
 
     low: float | None = None
     high: float | None = None
-    patience: int = flags.DEFAULT_PATIENCE
+    patience: int = DEFAULT_PATIENCE
     target: float = suggest.DEFAULT_TARGET
     last: int = suggest.DEFAULT_LAST
 
@@ -73,11 +75,11 @@ class Logdir:
         return self.data.layer_columns(self._ctx, _EXPERIMENT, run, self.listings[run], tags, {})
 
     def moving(self, run: str, matrix: heatmap.RunMatrix) -> np.ndarray | None:
-        """`flags.others_moving` of `matrix` (the run's `metric` ratios) against the run's
+        """`judge.others_moving` of `matrix` (the run's `metric` ratios) against the run's
         Frobenius ratios when `metric` is another one (None for Frobenius, or a run without
         Frobenius ratios)."""
         reference = self.data.frobenius_reference(self._ctx, _EXPERIMENT, run, self.metric)
-        return None if reference is None else flags.others_moving(matrix, reference)
+        return None if reference is None else judge.others_moving(matrix, reference)
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
         """The layer kind of each of `tags` (run_listing.layer_kinds)."""
@@ -188,9 +190,9 @@ def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
     """One run's report: {"run", "low", "high", "patience", "layers": [{REPORT_FIELDS...,
     "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}]}, layers
     in model order (low/high: the explicit band, None for the default judgement)."""
-    band = flags.band_of(settings.low, settings.high)
+    band = judge.band_of(settings.low, settings.high)
     matrix = logdir.matrix(run)
-    judged = flags.judge_layers(
+    judged = judge.judge_layers(
         matrix, settings.low, settings.high, settings.patience,
         logdir.layer_kinds(run, matrix.tags), logdir.moving(run, matrix),
     )
@@ -211,7 +213,7 @@ def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
     }
 
 
-_LAYER_FIELDS = (*flags.REPORT_FIELDS, "reason", "text", *flags.COUNT_FIELDS)
+_LAYER_FIELDS = (*judge.REPORT_FIELDS, "reason", "text", *judge.COUNT_FIELDS)
 
 
 def report(
@@ -226,7 +228,7 @@ def report(
             no ratios.
     """
     try:
-        flags.band_of(settings.low, settings.high)
+        judge.band_of(settings.low, settings.high)
     except ValueError as e:
         raise ReportError(str(e)) from None
     runs = logdir.runs()
@@ -256,9 +258,9 @@ def report(
 
 
 def flagged_first(layers: list[dict]) -> list[dict]:
-    """The flagged layers in the order of the tab's flags (flags.flag_order), then the
+    """The flagged layers in the order of the tab's flags (judge.flag_order), then the
     others in model order."""
-    flagged = sorted((l for l in layers if l["flagged"]), key=flags.flag_order)
+    flagged = sorted((l for l in layers if l["flagged"]), key=judge.flag_order)
     return flagged + [l for l in layers if not l["flagged"]]
 
 

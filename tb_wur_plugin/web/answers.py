@@ -16,7 +16,8 @@ from tensorboard import errors
 from tensorboard.backend import json_util
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read import compare, export, flags, heatmap, run_data, run_listing, suggest
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.read import compare, export, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin.read.argument_values import shown
 from tb_wur_plugin.read.lru_cache import LruCache
 from tb_wur_plugin.web import heatmap_wire
@@ -174,20 +175,20 @@ class Answers:
     def flags_impl(
         self, ctx: tb_context.RequestContext, experiment: str, run: str,
         low: float | None = None, high: float | None = None,
-        patience: int = flags.DEFAULT_PATIENCE, metric: str = metadata.METRIC_FROBENIUS,
+        patience: int = judge.DEFAULT_PATIENCE, metric: str = metadata.METRIC_FROBENIUS,
     ) -> dict:
-        """The layers of `run` the judgement (flags.py) flags for `patience`: the default
+        """The layers of `run` the judgement (judgement/judge.py) flags for `patience`: the default
         judgement, and with an explicit band (`low` and/or `high`; the missing edge the
         default band's) the band rule too; layers with a NaN first, then by the step they
         were flagged since. `low`/`high` in the answer: the band judged against, both None
         for the default judgement."""
-        band = flags.band_of(low, high)
+        band = judge.band_of(low, high)
         (matrix,) = self._matrices(ctx, experiment, [run], metric)
         kinds = run_listing.layer_kinds(
             self._data.listing(ctx, experiment, run, metric), matrix.tags
         )
         reference = self._data.frobenius_reference(ctx, experiment, run, metric)
-        moving = None if reference is None else flags.others_moving(matrix, reference)
+        moving = None if reference is None else judge.others_moving(matrix, reference)
         return {
             "run": run,
             "metric": metric,
@@ -195,7 +196,7 @@ class Answers:
             "high": band[1] if band else None,
             "patience": patience,
             "layers": json_util.Cleanse(
-                flags.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
+                judge.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
             ),
         }
 

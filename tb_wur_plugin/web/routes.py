@@ -12,7 +12,8 @@ from tensorboard.backend import http_util
 from werkzeug import wrappers
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read import export, flags, heatmap, suggest
+from tb_wur_plugin.judgement import judge, reasons
+from tb_wur_plugin.read import export, heatmap, suggest
 from tb_wur_plugin.web.answers import Answers
 from tb_wur_plugin.web.http_args import (
     choice_arg,
@@ -43,6 +44,7 @@ class Routes:
             "/runs": self._serve_runs,
             "/heatmap": self._serve_heatmap,
             "/flags": self._serve_flags,
+            "/reasons": self._serve_reasons,
             "/series": self._serve_series,
             "/histograms": self._serve_histograms,
             "/export": self._serve_export,
@@ -89,14 +91,18 @@ class Routes:
         low = ratio_arg(request, "low", None)  # neither: the default judgement
         high = ratio_arg(request, "high", None)
         try:
-            flags.band_of(low, high)
+            judge.band_of(low, high)
         except ValueError as e:
             raise errors.InvalidArgumentError(str(e)) from None
-        patience = int_arg(request, "patience", flags.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
+        patience = int_arg(request, "patience", judge.DEFAULT_PATIENCE, 1, MAX_PATIENCE)
         body = self._answers.flags_impl(
             ctx, experiment, str_arg(request, "run"), low, high, patience, _metric_arg(request)
         )
         return http_util.Respond(request, body, "application/json")
+
+    @wrappers.Request.application
+    def _serve_reasons(self, request):
+        return http_util.Respond(request, {"reasons": reasons.describe()}, "application/json")
 
     @wrappers.Request.application
     def _serve_series(self, request):
