@@ -7,6 +7,8 @@ TensorFlow module.
 - `logged_step`: `LoggedStep` (a logged step: layers, ratios, spectral ratios, histogram
   counts, learning rate, skipped) and `LoggedStepWriter`, the one entry through which every
   logged step of those faces is written.
+- `training_judgement`: `TrainingJudgement`, the judgement acting while training (each
+  logged step judged as written: flags logged, `on_flag`, `should_stop`), `check_stop_on`.
 - `watch_arguments`: `watch_arguments` (`every`, `histograms`, `spectral`, checked alike
   for every face), `positive_int`, `flag`.
 - `writer_targets`: a path, a `SummaryWriter` or a `torch.utils.tensorboard` writer as the
@@ -20,6 +22,7 @@ TensorFlow module.
 from tb_wur_plugin.event_write import event_file, run_claims
 from tb_wur_plugin.event_write.logged_step import Layer, LoggedLayer, LoggedStep, LoggedStepWriter
 from tb_wur_plugin.event_write.summary_writer import Counts, SummaryWriter, to_stored_scalar
+from tb_wur_plugin.event_write.training_judgement import TrainingJudgement, check_stop_on
 from tb_wur_plugin.event_write.watch_arguments import (
     WatchArguments,
     flag,
@@ -30,6 +33,7 @@ from tb_wur_plugin.event_write.writer_targets import check_target, open_target, 
 
 __all__ = [
     "SummaryWriter", "Counts", "to_stored_scalar",
+    "TrainingJudgement", "check_stop_on",
     "Layer", "LoggedLayer", "LoggedStep", "LoggedStepWriter",
     "WatchArguments", "watch_arguments", "positive_int", "flag",
     "check_target", "run_dir_of", "open_target",

@@ -24,7 +24,8 @@ from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.event_write.summary_writer import Counts, SummaryWriter
+from tb_wur_plugin.event_write.summary_writer import Counts, SummaryWriter, to_stored_scalar
+from tb_wur_plugin.event_write.training_judgement import TrainingJudgement
 
 __all__ = ["Layer", "LoggedLayer", "LoggedStep", "LoggedStepWriter"]
 
@@ -82,21 +83,39 @@ class LoggedStep:
 
 
 class LoggedStepWriter:
-    """Writes the logged steps of one run through `writer`.
+    """Writes the logged steps of one run through `writer`, or, on a process of a
+    distributed run that writes nothing, judges them only.
 
+    Every logged step is judged while training (`TrainingJudgement`): by the writer's own
+    judgement (`SummaryWriter.add_ratios` judges what it writes), or by `judgement` where
+    there is no writer, so that every process fires the same flags on the same ratios.
     It neither flushes nor closes `writer`: the face that opened the writer does (each face
     flushes as its contract says).
 
     Args:
-      writer: the run's `SummaryWriter`.
+      writer: the run's `SummaryWriter`; None on a process that writes nothing.
+      judgement: the judgement of a process that writes nothing (given with `writer=None`
+        only).
+
+    Raises:
+      ValueError: both or neither of `writer` and `judgement` given.
     """
 
-    def __init__(self, writer: SummaryWriter) -> None:
+    def __init__(self, writer: SummaryWriter | None,
+                 judgement: TrainingJudgement | None = None) -> None:
+        if (writer is None) == (judgement is None):
+            raise ValueError("LoggedStepWriter takes a writer, or a judgement without one")
         self._writer = writer
+        self._judgement = writer.judgement if writer is not None else judgement
 
     @property
-    def writer(self) -> SummaryWriter:
+    def writer(self) -> SummaryWriter | None:
         return self._writer
+
+    @property
+    def judgement(self) -> TrainingJudgement:
+        """The judgement of the logged steps (`flags`, `should_stop`)."""
+        return self._judgement
 
     def write(self, logged: LoggedStep) -> None:
         """Write one logged step: its ratios with the skipped-step marker (`was_skipped`),
@@ -112,6 +131,9 @@ class LoggedStepWriter:
         """
         writer, layers, step = self._writer, logged.layers, logged.step
         skipped = logged.was_skipped
+        if writer is None:
+            self._judge(logged, skipped)
+            return
         writer.add_ratios(
             {layer.tag: float(r) for layer, r in zip(layers, logged.ratios)},
             step,
@@ -146,3 +168,18 @@ class LoggedStepWriter:
             )
         if logged.learning_rate is not None:
             writer.add_learning_rate(logged.learning_rate, step)
+
+    def _judge(self, logged: LoggedStep, skipped: bool) -> None:
+        """Judge a logged step as `SummaryWriter.add_ratios` would judge it once written:
+        the ratios as stored (float32), then the spectral ratios."""
+        layers = logged.layers
+        self._judgement.observe(
+            logged.step, [layer.tag for layer in layers], [layer.shape for layer in layers],
+            [to_stored_scalar(float(r)) for r in logged.ratios], skipped)
+        if logged.spectral:
+            matrices = [layers[i] for i in logged.spectral]
+            self._judgement.observe(
+                logged.step, [layer.tag for layer in matrices],
+                [layer.shape for layer in matrices],
+                [to_stored_scalar(float(r)) for r in logged.spectral.values()], skipped,
+                metadata.METRIC_SPECTRAL)

@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
@@ -26,6 +26,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays.numpy_math import bucket_counts
 from tb_wur_plugin.event_write.event_file import masked_crc32c, value_prefix, varint, vector_fields
+from tb_wur_plugin.event_write.training_judgement import TrainingJudgement
+from tb_wur_plugin.judgement.online import Flag
+from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
 from tb_wur_plugin.metadata import check_layer_tag
 
 __all__ = ["SummaryWriter", "Counts", "to_stored_scalar"]
@@ -70,11 +73,28 @@ class SummaryWriter:
         version 3). False: one scalar per layer and step, and one histogram per layer
         (`metadata.HISTOGRAM_WRITE_VERSION`), as protocol version 2 wrote them, for readers
         older than tb-wur-plugin's protocol version 3 (and for comparisons).
+      on_flag, stop_on, patience, low, high: the judgement while training
+        (`TrainingJudgement`): every `add_ratios` call is judged as it is written, as
+        `tb-wur report` judges the run with the same `patience`, `low` and `high`; each flag
+        that fires is logged once (logger `tb_wur_plugin`, WARNING), passed to `on_flag`,
+        and listed in `flags`; `should_stop` becomes True once a flag whose reason is in
+        `stop_on` fires.
+
+    Example:
+      >>> writer = SummaryWriter("logs/run1", stop_on={"nan", "not_moving"})
+      >>> writer.add_ratios({"fc1/weight": 1.2e-3, "fc1/bias": 8e-4}, step=0,
+      ...                   shapes={"fc1/weight": (64, 32), "fc1/bias": (64,)})
+      >>> writer.should_stop, writer.flags
+      (False, [])
     """
 
     def __init__(
-        self, logdir: str | os.PathLike, filename_suffix: str = "", *, packed: bool = True
+        self, logdir: str | os.PathLike, filename_suffix: str = "", *, packed: bool = True,
+        on_flag: Callable[[Flag], Any] | None = None, stop_on: Iterable[str] = (),
+        patience: int = DEFAULT_PATIENCE, low: float | None = None, high: float | None = None,
     ) -> None:
+        self._judgement = TrainingJudgement(on_flag, stop_on, patience, low, high)
+        self._judging = threading.Lock()
         logdir = os.fspath(logdir)
         if not isinstance(logdir, str) or not logdir:
             raise TypeError(f"logdir must be a non-empty str or path, got {logdir!r}")
@@ -99,11 +119,15 @@ class SummaryWriter:
 
     @classmethod
     def writing_events_to(
-        cls, add_event: Callable[[event_pb2.Event], None], flush: Callable[[], None], logdir: str
+        cls, add_event: Callable[[event_pb2.Event], None], flush: Callable[[], None], logdir: str,
+        judgement: TrainingJudgement | None = None,
     ) -> "SummaryWriter":
         """A writer whose events go to `add_event` (another writer's event file), flushed by
-        `flush`; its `close()` only flushes."""
+        `flush`; its `close()` only flushes. `judgement`: its judgement while training
+        (default: `TrainingJudgement()`)."""
         self = cls.__new__(cls)
+        self._judgement = TrainingJudgement() if judgement is None else judgement
+        self._judging = threading.Lock()
         self._packed = True
         self._logdir = logdir
         self._lock = threading.Lock()
@@ -131,6 +155,21 @@ class SummaryWriter:
     @property
     def closed(self) -> bool:
         return getattr(self, "_closed", False)
+
+    @property
+    def judgement(self) -> TrainingJudgement:
+        """The judgement while training of the ratios written (class docstring)."""
+        return self._judgement
+
+    @property
+    def flags(self) -> list[Flag]:
+        """Every flag fired so far, in order."""
+        return self._judgement.flags
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a flag whose reason is in `stop_on` has fired."""
+        return self._judgement.should_stop
 
     def add_ratios(
         self,
@@ -174,6 +213,9 @@ class SummaryWriter:
             a ratio is not a scalar, a shape has a negative dimension, `metric` is not one
             of `metadata.METRICS`.
           RuntimeError: the writer is closed.
+
+        The step is then judged (`judgement`): the flags that fire are told; `on_flag`'s
+        exceptions propagate, after the step is written.
         """
         kind = metadata.packed_ratio_kind(metric)
         step = _check_step(step)
@@ -203,7 +245,14 @@ class SummaryWriter:
                 parts.append(part)
                 tags.append(tag)
             self._write_summary(b"".join(parts), step, wall_time, tags)
-            return
+        else:
+            self._write_scalars(values, stored, skipped, describe, shape_of, step, wall_time)
+        with self._judging:  # after the writing: a judgement never costs a written step
+            self._judgement.observe(step, [tag for tag, _ in values],
+                                    [shape_of(tag) for tag, _ in values], stored, skipped, metric)
+
+    def _write_scalars(self, values, stored, skipped, describe, shape_of, step, wall_time):
+        """The ratios of one step as protocol version 2 wrote them: a scalar per layer."""
         parts = [
             self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, value, shape_of(tag))
             for index, ((tag, _), value) in enumerate(zip(values, stored))

@@ -95,6 +95,11 @@ class OnlineJudgement:
         self._group_rows: list[np.ndarray] | None = None  # None: to be grouped again
         self._rule_state = [_RuleState(self.patience, reasons[0].streak) for reasons in self._rules]
 
+    @property
+    def last_step(self) -> int | None:
+        """The last step observed (None before the first)."""
+        return self._last_step
+
     def observe(
         self,
         step: int,
