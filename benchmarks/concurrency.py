@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "tests", "support"))
 
 from tb_server import TensorBoardServer
 

@@ -1,4 +1,4 @@
-"""The default judgement on the corpus of real training runs (tests/judgement_corpus.py): the
+"""The default judgement on the corpus of real training runs (tests/support/judgement_corpus.py): the
 confusion table, per layer, of healthy/sick × flagged/not, per reason, as
 benchmarks/RESULTS.md records it.
 
@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "support"))
 
 import judgement_corpus  # noqa: E402
 from tb_wur_plugin import cli  # noqa: E402

@@ -2,7 +2,7 @@
 # Installs what the frontend build and tests need, on a fresh machine; idempotent.
 # - frontend/node_modules from frontend/package-lock.json (npm ci), when missing or stale;
 # - Debian's chromium at /usr/bin/chromium (never a downloaded browser), when missing.
-# Without them tests/test_frontend.py fails (it never skips).
+# Without them tests/browser/test_frontend.py fails (it never skips).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 status=0

@@ -5,10 +5,10 @@ import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(__file__))
+# the workers and helpers (tests/support/) are imported by their module names
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 
 @pytest.fixture
@@ -18,6 +18,10 @@ def logdir(tmp_path):
 
 @pytest.fixture
 def writer(logdir):
+    """A TensorFlow summary writer on `logdir` (TensorFlow is imported by the tests that ask
+    for it, not by every test)."""
+    import tensorflow as tf
+
     w = tf.summary.create_file_writer(logdir)
     yield w
     w.close()
@@ -31,44 +35,53 @@ def writer(logdir):
 # parameters). Units are handed out costliest first (COST: seconds measured on one core, a
 # module not named counts DEFAULT_COST), so that no long unit starts last.
 
-SPLIT = {"tests/test_frontend.py", "tests/test_benchmarks_smoke.py", "tests/test_examples.py"}
+SPLIT = {"tests/browser/test_frontend.py", "tests/project/test_benchmarks_smoke.py",
+         "tests/project/test_examples.py"}
+# Folders whose modules are one unit: they share a session fixture too costly to make twice.
+TOGETHER = ("tests/judgement/",)
 COST = {  # seconds of the last full parallel run (at a load average of ~4)
-    "tests/test_benchmarks_smoke.py::test_training_benchmark_smoke": 290,
-    "tests/test_frontend.py::test_tab_in_chromium": 200,
-    "tests/test_ratios.py": 130,
-    "tests/test_server_robustness.py": 130,
-    "tests/test_distribute.py": 105,
-    "tests/test_keras_callback.py": 85,
-    "tests/test_armijo.py": 80,
-    "tests/test_fuzz.py": 65,
-    "tests/test_layouts.py": 60,
-    "tests/test_benchmarks_smoke.py::test_large_run_benchmark_smoke": 40,
-    "tests/test_compat_v1.py": 60,
-    "tests/test_faults_writer.py": 50,
-    "tests/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
-    "tests/test_examples.py::test_demo_flags_the_defect_and_nothing_else_on_a_quiet_console": 30,
-    "tests/test_compact_format.py": 40,
-    "tests/test_captured_changes.py": 35,
-    "tests/test_keras_backends.py": 35,
-    "tests/test_large_run.py": 30,
-    "tests/test_examples.py::test_keras_fit_example": 30,
-    "tests/test_torch.py": 30,
-    "tests/test_frontend.py::test_keras_callback_run_in_chromium": 30,
-    "tests/test_benchmarks_smoke.py::test_stacked_sums_benchmark_smoke": 27,
-    "tests/test_examples.py::test_custom_loop_example_logs_every_nth_step": 25,
-    "tests/test_report.py": 25,
-    "tests/test_benchmarks_smoke.py::test_tf1_benchmark_smoke": 24,
-    "tests/test_tensorboard_server.py": 20,
-    "tests/test_writer.py": 20,
+    "tests/judgement/": 150,  # a folder of TOGETHER: one entry
+    "tests/project/test_benchmarks_smoke.py::test_training_benchmark_smoke": 290,
+    "tests/browser/test_frontend.py::test_tab_in_chromium": 200,
+    "tests/write/test_ratios.py": 130,
+    "tests/web/test_server_robustness.py": 130,
+    "tests/frameworks/test_distribute.py": 105,
+    "tests/frameworks/test_keras_callback.py": 85,
+    "tests/armijo/test_armijo.py": 80,
+    "tests/web/test_fuzz.py": 65,
+    "tests/write/test_layouts.py": 60,
+    "tests/project/test_benchmarks_smoke.py::test_large_run_benchmark_smoke": 40,
+    "tests/frameworks/test_compat_v1.py": 60,
+    "tests/write/test_killed_training.py": 50,
+    "tests/browser/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
+    "tests/project/test_examples.py::"
+    "test_demo_flags_the_defect_and_nothing_else_on_a_quiet_console": 30,
+    "tests/write/test_metadata_once_and_varint_histograms.py": 40,
+    "tests/write/test_captured_changes.py": 35,
+    "tests/frameworks/test_keras_backends.py": 35,
+    "tests/read/test_large_run_and_histogram_versions.py": 30,
+    "tests/project/test_examples.py::test_keras_fit_example": 30,
+    "tests/frameworks/test_torch.py": 30,
+    "tests/browser/test_frontend.py::test_keras_callback_run_in_chromium": 30,
+    "tests/project/test_benchmarks_smoke.py::test_stacked_sums_benchmark_smoke": 27,
+    "tests/project/test_examples.py::test_custom_loop_example_logs_every_nth_step": 25,
+    "tests/read/test_report.py": 25,
+    "tests/project/test_benchmarks_smoke.py::test_tf1_benchmark_smoke": 24,
+    "tests/web/test_tensorboard_server.py": 20,
+    "tests/write/test_writer.py": 20,
 }
 DEFAULT_COST = 10
 # The test of `alone` below that a run starts with, on the first worker, before the others
 # get work (waiting for it to start later could cost the length of any other test).
-START_ALONE = "tests/test_sparse.py::test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step"
+START_ALONE = ("tests/write/test_sparse.py::"
+               "test_a_logged_sparse_step_holds_one_copy_beyond_the_bare_step")
 
 
 def _unit(nodeid: str) -> str:
     module, _, rest = nodeid.partition("::")
+    for folder in TOGETHER:
+        if module.startswith(folder):
+            return folder
     if module in SPLIT:
         return f"{module}::{rest.split('[')[0]}"
     return module

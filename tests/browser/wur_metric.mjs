@@ -2,7 +2,7 @@
 // driven by playwright-core.
 //   node tests/browser/wur_metric.mjs CONFIG.json
 // CONFIG: {url, label, run, frobenius: {tag: {step: ratio}}, spectral: {tag: {step: ratio}}}
-// Exits non-zero with a message naming the failed check. Called by tests/test_frontend.py.
+// Exits non-zero with a message naming the failed check. Called by tests/browser/test_frontend.py.
 import { createRequire } from "node:module";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";

@@ -3,7 +3,7 @@
 // CONFIG: {url, mode: "data" | "empty" | "screenshot", artifacts, label, runs: [{run, tags, steps}],
 //          exports: {run: export JSON}, flags: {run: [tag, ...]}, histogram_tag, screenshot,
 //          line_search: {run, data: its /line_search answer}}
-// Exits non-zero with a message naming the failed check. Called by tests/test_frontend.py.
+// Exits non-zero with a message naming the failed check. Called by tests/browser/test_frontend.py.
 import { createRequire } from "node:module";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -603,7 +603,7 @@ async function noRefetch(page, f, want) {
 }
 
 /** The flags table for each patience lists exactly the layers of /flags (and of the report:
- * tests/test_frontend.py) for the same band and patience, in its order; an invalid patience
+ * tests/browser/test_frontend.py) for the same band and patience, in its order; an invalid patience
  * says so and asks for nothing. */
 async function patienceFlags(page, f, want) {
   const input = f.locator('[data-testid="wur-patience"]');
@@ -639,7 +639,7 @@ async function patienceFlags(page, f, want) {
 
 /** Two runs compared: one heatmap of ratio_A / ratio_B over their common layers and steps,
  * rows by divergence, every cell's tooltip and the ranking against numpy (from /export, in
- * tests/test_frontend.py); fetched on picking the runs and on zoom only. */
+ * tests/browser/test_frontend.py); fetched on picking the runs and on zoom only. */
 async function compareRuns(page, f, want) {
   const c = config.compare;
   const canvas = f.locator('[data-testid="wur-compare"]');
@@ -711,7 +711,7 @@ async function compareRuns(page, f, want) {
   log(`comparison works (${c.run_a} / ${c.run_b}: ${attrs.rows} layers x ${attrs.cols} steps, ${n} tooltips and the ranking match numpy)`);
 }
 
-/** The layer detail's suggested learning rate against numpy (tests/test_frontend.py), one
+/** The layer detail's suggested learning rate against numpy (tests/browser/test_frontend.py), one
  * /suggestions per run per reload; "learning rate not logged" for a run without one. */
 async function suggestedRate(page, f, want) {
   const s = config.suggestion;

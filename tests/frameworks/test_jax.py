@@ -1,0 +1,202 @@
+"""tb_wur_plugin.jax against a numpy reference, read back through the plugin's export in
+both loaders of the real `tensorboard`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+optax = pytest.importorskip("optax")
+import jax.numpy as jnp  # noqa: E402
+
+from framework_servers import assert_ratios_match, both_loaders, export  # noqa: E402
+from tb_wur_plugin import metadata  # noqa: E402
+from tb_wur_plugin.arrays import numpy_math  # noqa: E402
+from tb_wur_plugin.jax import log_update_ratios, pytree_tags, update_ratios  # noqa: E402
+from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
+
+STEPS = 7
+EVERY = 3
+
+
+class Dense(NamedTuple):
+    kernel: jax.Array
+    bias: jax.Array
+
+
+def _init(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {
+        "encoder": [
+            Dense(jax.random.normal(k1, (4, 8)) * 0.5, jnp.zeros(8)),
+            Dense(jax.random.normal(k2, (8, 8)) * 0.3, jnp.zeros(8)),
+        ],
+        "head": {"w": jax.random.normal(k3, (8, 2)) * 0.2},
+    }
+
+
+TAGS = ["encoder/0/kernel", "encoder/0/bias", "encoder/1/kernel", "encoder/1/bias", "head/w"]
+
+
+def _loss(params, x):
+    for layer in params["encoder"]:
+        x = jnp.tanh(x @ layer.kernel + layer.bias)
+    return jnp.mean((x @ params["head"]["w"]) ** 2)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """Adam on a nested pytree with lists, logged every EVERY steps with histograms; the
+    reference: ‖u‖/‖p‖ in float64 of the updates, and ‖after − before‖/‖before‖ of copies of
+    the weights before and after each step."""
+    logdir = str(tmp_path_factory.mktemp("jax_runs"))
+    optimizer = optax.adam(1e-2)
+    params = _init(jax.random.PRNGKey(0))
+    opt_state = optimizer.init(params)
+
+    @jax.jit
+    def train_step(params, opt_state, x):
+        grads = jax.grad(_loss)(params, x)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, updates
+
+    ratios, moved, hists = {}, {}, {}
+    with SummaryWriter(os.path.join(logdir, "adam")) as writer:
+        for step in range(STEPS):
+            x = jax.random.normal(jax.random.PRNGKey(step + 1), (16, 4))
+            new_params, opt_state, updates = train_step(params, opt_state, x)
+            written = log_update_ratios(writer, params, updates, step, every=EVERY,
+                                        histograms=True, learning_rate=1e-2)
+            assert written == (step % EVERY == 0)
+            if written:
+                for tag, p, u, after in zip(TAGS, jax.tree_util.tree_leaves(params),
+                                            jax.tree_util.tree_leaves(updates),
+                                            jax.tree_util.tree_leaves(new_params)):
+                    p, u, after = np.asarray(p), np.asarray(u), np.asarray(after)
+                    norm = np.linalg.norm(p.astype(np.float64))
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        ratios.setdefault(tag, {})[step] = float(
+                            np.linalg.norm(u.astype(np.float64)) / norm)
+                        moved.setdefault(tag, {})[step] = float(
+                            np.linalg.norm(after.astype(np.float64) - p) / norm)
+                        hists.setdefault(tag, {})[step] = numpy_math.bucket_counts(
+                            np.abs(np.where(u == 0, 0, u / p))).tolist()
+            params = new_params
+    with both_loaders(logdir, {"adam": 6}) as servers:
+        yield servers, ratios, moved, hists
+
+
+@pytest.mark.parametrize("loader", ["fast", "python"])
+def test_ratios_read_back_as_the_reference(served, loader):
+    servers, ratios, moved, _ = served
+    got = export(servers[loader], "adam")
+    assert_ratios_match(got, ratios)
+    finite = {t: {s: r for s, r in steps.items() if math.isfinite(r)} for t, steps in moved.items()}
+    got_finite = {t: {s: r for s, r in got[t].items() if s in finite[t]} for t in got}
+    assert_ratios_match(got_finite, finite, rtol=1e-3)  # the weights moved by the update
+
+
+@pytest.mark.parametrize("loader", ["fast", "python"])
+def test_histograms_descriptions_learning_rate(served, loader):
+    servers, _, _, hists = served
+    server = servers[loader]
+    run = server.get_json("/data/plugin/wur/runs")["runs"][0]
+    assert [layer["tag"] for layer in run["layers"]] == TAGS
+    assert run["layers"][2]["description"] == (
+        "Weight-update ratio of encoder/1/kernel: shape [8, 8], float32")
+    assert run["has_learning_rate"] and run["skipped_steps"] == 0
+    for tag in TAGS:
+        got = server.get_json(f"/data/plugin/wur/histograms?run=adam&tag={tag}")
+        assert got["steps"] == [0, 3, 6]
+        assert got["counts"] == [hists[tag][s] for s in got["steps"]]
+
+
+# --- without servers ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Block:
+    scale: jax.Array
+    shift: jax.Array
+
+
+jax.tree_util.register_dataclass(Block, data_fields=["scale", "shift"], meta_fields=[])
+
+
+def test_tags_are_the_pytree_paths():
+    tree = {"a": [jnp.ones(1), (jnp.ones(1), {"b": jnp.ones(1)})],
+            "dense": Dense(jnp.ones(1), jnp.ones(1)), "norm": Block(jnp.ones(1), jnp.ones(1))}
+    assert pytree_tags(tree) == [
+        "a/0", "a/1/0", "a/1/1/b", "dense/kernel", "dense/bias", "norm/scale", "norm/shift"]
+    assert pytree_tags({10: jnp.ones(1), 2: [jnp.ones(1)]}) == ["2/0", "10"]
+    assert pytree_tags(jnp.ones(2)) == ["params"]
+    assert pytree_tags({"a/b": jnp.ones(1), "a": {"b": jnp.ones(1)}}) == ["a/b", "a/b_1"]
+
+
+def test_conventions():
+    ratios = update_ratios(
+        {"zero_moved": jnp.zeros(3), "zero_still": jnp.zeros(3), "nan": jnp.array([1.0, jnp.nan]),
+         "inf_update": jnp.ones(2), "huge": jnp.full(4, 1e30), "tiny": jnp.full(4, 1e-30),
+         "empty": jnp.ones((0,)), "count": jnp.array(3)},
+        {"zero_moved": jnp.ones(3), "zero_still": jnp.zeros(3), "nan": jnp.ones(2),
+         "inf_update": jnp.array([1.0, jnp.inf]), "huge": jnp.full(4, 1e27),
+         "tiny": jnp.full(4, 1e-33), "empty": jnp.ones((0,)), "count": jnp.array(1)},
+    )
+    assert list(ratios) == ["empty", "huge", "inf_update", "nan", "tiny", "zero_moved",
+                            "zero_still"]  # integer leaves left out
+    assert ratios["zero_moved"] == math.inf and ratios["zero_still"] == 0.0
+    assert ratios["empty"] == 0.0
+    assert math.isnan(ratios["nan"]) and math.isnan(ratios["inf_update"])
+    assert ratios["huge"] == pytest.approx(1e-3, rel=1e-6)
+    assert ratios["tiny"] == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_a_large_leaf_matches_float64():
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(1000, 1000)).astype(np.float32) + 3
+    u = (rng.normal(size=p.shape) * 1e-3).astype(np.float32)
+    want = np.linalg.norm(u.astype(np.float64)) / np.linalg.norm(p.astype(np.float64))
+    assert update_ratios({"w": p}, {"w": u})["w"] == pytest.approx(want, rel=1e-6)
+
+
+def test_skipped_updates_are_marked(tmp_path):
+    from helpers import read_events
+
+    params = {"w": jnp.ones(3)}
+    with SummaryWriter(str(tmp_path)) as writer:
+        log_update_ratios(writer, params, {"w": jnp.zeros(3)}, 0)  # as apply_if_finite skips
+        log_update_ratios(writer, params, {"w": jnp.ones(3)}, 1)
+    marker = read_events(str(tmp_path))[metadata.SKIPPED_STEP_TAG]
+    assert [(s, float(v)) for s, v, _ in marker] == [(0, 1.0), (1, 0.0)]
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="structure"):
+        update_ratios({"a": jnp.ones(2)}, {"b": jnp.ones(2)})
+    with pytest.raises(ValueError, match="shape"):
+        update_ratios({"a": jnp.ones(2)}, {"a": jnp.ones(3)})
+    with pytest.raises(ValueError, match="reserved"):
+        update_ratios({"_wur": {"x": jnp.ones(2)}}, {"_wur": {"x": jnp.ones(2)}})
+    with SummaryWriter(str(tmp_path)) as writer:
+        with pytest.raises(ValueError, match="every"):
+            log_update_ratios(writer, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0, every=0)
+        with pytest.raises(TypeError, match="writer"):
+            log_update_ratios(str(tmp_path), {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)
+        # nothing to log (issue 23): refused, as SummaryWriter.add_ratios refuses {}, on
+        # a step to log only
+        for params in ({}, {"count": jnp.array(3)}, None):
+            with pytest.raises(ValueError, match="no floating-point leaf"):
+                log_update_ratios(writer, params, params, 0)
+            assert log_update_ratios(writer, params, params, 1, every=2) is False
+
+
+def test_writer_none_on_process_zero_is_refused():
+    # writer=None is for the other processes of a multi-process run (tests/frameworks/test_jax_multiprocess.py)
+    with pytest.raises(ValueError, match="process 0"):
+        log_update_ratios(None, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)

@@ -1,0 +1,99 @@
+"""WeightUpdateRatioCallback on Keras's JAX and PyTorch backends: a subprocess per backend
+(KERAS_BACKEND is fixed when keras is imported) fits a small model with a nested layer,
+histograms on, beside a numpy reference that copies the weights at batch begins only;
+the runs are read back through the plugin in both loaders of the real `tensorboard`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from framework_servers import assert_ratios_match, both_loaders, export
+from suite_paths import ROOT, SUPPORT
+
+pytest.importorskip("jax")
+pytest.importorskip("torch")
+
+# backend -> the optimizer its run trains with (SGD with momentum, Adam)
+RUNS = {"jax": "momentum", "torch": "adam"}
+LOGGED = [0, 3, 6]  # update_freq=3 over 2 epochs of 4 steps
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("keras_backends"))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    workers = {
+        backend: subprocess.Popen(
+            [sys.executable, os.path.join(SUPPORT, "keras_backend_worker.py"),
+             os.path.join(logdir, backend), optimizer],
+            env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for backend, optimizer in RUNS.items()
+    }
+    reports = {}
+    for backend, worker in workers.items():
+        try:
+            out, err = worker.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, err = worker.communicate()
+        assert worker.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
+        reports[backend] = json.loads(out.strip().splitlines()[-1])
+    with both_loaders(logdir, {f"{b}/train": LOGGED[-1] for b in RUNS}) as servers:
+        yield servers, reports
+
+
+@pytest.mark.parametrize("backend", sorted(RUNS))
+def test_no_tensorflow_on_the_backend(served, backend):
+    _, reports = served
+    report = reports[backend]
+    assert report["backend"] == backend and report["iterations"] == 8
+    assert report["tf_loaded_by_keras"] == []  # `import keras` loads none either
+    assert report["tf_loaded_by_tb_wur_plugin_keras"] == []
+    assert report["tf_loaded_after_fit"] is False  # nor fit, the callback and its writes
+    # Keras dispatched batch ends to its thread pool: the callback did not prevent it
+    assert report["async_train"] and report["batch_ends_off_main_thread"]
+
+
+def _expected(report):
+    return {tag: {int(s): r for s, r in report["ratios"][tag].items()} for tag in report["tags"]}
+
+
+@pytest.mark.parametrize("loader", ["fast", "python"])
+@pytest.mark.parametrize("backend", sorted(RUNS))
+def test_ratios_match_the_numpy_reference(served, backend, loader):
+    servers, reports = served
+    want = _expected(reports[backend])
+    assert all(sorted(points) == LOGGED for points in want.values())
+    assert math.isinf(want["sequential/first/bias"][0])  # zero-initialised, moved: +inf
+    got = export(servers[loader], f"{backend}/train")
+    assert_ratios_match(got, want, rtol=1e-5)  # tags in model order, variable paths
+
+
+@pytest.mark.parametrize("loader", ["fast", "python"])
+@pytest.mark.parametrize("backend", sorted(RUNS))
+def test_histograms_learning_rate_and_descriptions(served, backend, loader):
+    servers, reports = served
+    server, report = servers[loader], reports[backend]
+    runs = {r["run"]: r for r in server.get_json("/data/plugin/wur/runs")["runs"]}
+    run = runs[f"{backend}/train"]
+    assert [layer["tag"] for layer in run["layers"]] == report["tags"]
+    assert all(layer["has_histograms"] for layer in run["layers"])
+    assert run["has_learning_rate"] and run["skipped_steps"] == 0
+    assert run["layers"][3]["description"] == (
+        "Weight-update ratio of sequential/block/inner/kernel: shape [6, 5], float32")
+    for tag in report["tags"]:
+        got = server.get_json(f"/data/plugin/wur/histograms?run={backend}/train&tag={tag}")
+        assert got["steps"] == LOGGED
+        assert got["counts"] == [report["counts"][tag][str(s)] for s in LOGGED], tag
+    rates = server.get_json(f"/data/plugin/wur/series?run={backend}/train&tag=_wur/learning_rate")
+    assert rates["kind"] == "learning_rate" and rates["steps"] == LOGGED
+    assert rates["values"] == pytest.approx([report["rates"][str(s)] for s in LOGGED], rel=1e-7)

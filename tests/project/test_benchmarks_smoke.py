@@ -1,0 +1,91 @@
+"""The benchmarks run (tiny sizes); their numbers are read by people, never asserted."""
+
+import os
+import subprocess
+import sys
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks")
+
+
+def _run(script, *args):
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--smoke", *args],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_training_benchmark_smoke():
+    out = _run("training.py")
+    for line in ("recommended: logged step", "watch + record_if: idle", "MEM:",
+                 "fit + WeightUpdateRatioCallback"):
+        assert line in out
+
+
+def test_backend_benchmark_smoke():
+    out = _run("backend.py")
+    assert "heatmap" in out and "export csv" in out
+
+
+def test_concurrency_benchmark_smoke():
+    out = _run("concurrency.py")
+    assert "every answer 200 and identical" in out and "parallel clients" in out
+
+
+def test_stacked_sums_benchmark_smoke():
+    out = _run("stacked_sums.py")
+    for line in ("project", "no sums", "float32 rows", "rows + cond", "rows + redo", "XLA float64"):
+        assert line in out
+
+
+def test_torch_watch_benchmark_smoke():
+    out = _run("torch_watch.py", "--device", "cpu", "--workloads", "MLP", "P200", "GPT2")
+    for line in ("watch: logged step", "wandb-style histc", "naive .item() loop", "GPT2 (cpu)"):
+        assert line in out
+
+
+def test_tf1_benchmark_smoke():
+    out = _run("tf1.py")
+    for line in ("summary step", "hook: logged step", "hook: other step"):
+        assert line in out
+
+
+def test_report_benchmark_smoke():
+    out = _run("report.py")
+    assert "report_s" in out and "flagged" in out
+
+
+def test_data_server_benchmark_smoke():
+    out = _run("data_server.py")
+    assert '"load_cycle_ratio"' in out and '"bytes_per_point"' in out
+
+
+def test_large_run_benchmark_smoke():
+    out = _run("large_run.py")
+    for key in ('"after_serving_s"', '"heatmap_new_range_s"', '"flags_s"', '"export_s"'):
+        assert key in out
+
+
+def test_spectral_benchmark_smoke():
+    out = _run("spectral.py", "--frameworks", "jax")
+    for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
+        assert line in out
+
+
+def test_torch_sharded_benchmark_smoke():
+    out = _run("torch_sharded.py")
+    assert "logged step" in out and "other step" in out
+    for setting in ("none", "ddp", "fsdp2", "tp"):
+        assert any(line.startswith(setting + " ") for line in out.splitlines()), out
+
+
+def test_trainers_benchmark_smoke():
+    out = _run("trainers.py")
+    for trainer in ("hf", "lightning"):
+        for kind in ("bare", "callback", "watch"):
+            assert any(line.startswith(trainer) and f" {kind} " in line
+                       for line in out.splitlines()), (trainer, kind, out)
+
+
+def test_online_judgement_benchmark_smoke():
+    out = _run("online_judgement.py")
+    assert "OnlineJudgement.observe" in out and "spectral" in out
