@@ -3,6 +3,9 @@
 - The read side (`read/`, `web/`, `plugin`, `cli`) imports nothing of the write side: the two
   meet only in `metadata`.
 - The write side imports nothing of the read side.
+- On the read side, `read/` (what the plugin and the report share) imports neither the
+  plugin's HTTP layer `web/` nor `plugin`; HTTP (werkzeug, TensorBoard's http_util and
+  json_util) is used only in `web/`.
 - No module imports another's private names; private TensorFlow API is used only in
   `tf_write/tf_private.py`, private TensorBoard API on the read side only in
   `read/tb_private.py`.
@@ -23,6 +26,8 @@ READ_SIDE = ("read", "web", "plugin", "cli")
 WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "events", "armijo", "compat", "writer",
               "torch", "jax", "keras", "wur_summary", "transformers", "lightning")
 SHARED = ("metadata", "_optional")
+# TensorBoard's HTTP helpers (besides werkzeug): only the HTTP layer `web/` uses them.
+HTTP_MODULES = ("tensorboard.backend.http_util", "tensorboard.backend.json_util")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -82,6 +87,29 @@ def test_read_and_write_sides_meet_only_in_metadata(module):
         if _side(target) not in (None, side)
     )
     assert not crossing, f"{module} ({side} side) imports {crossing}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tb_wur_plugin.read.")))
+def test_the_shared_read_modules_import_nothing_of_the_http_layer(module):
+    upward = sorted(
+        target for target in _package_edges(module)
+        if target == "tb_wur_plugin.plugin" or target.startswith("tb_wur_plugin.web")
+    )
+    assert not upward, f"{module} imports {upward}"
+
+
+def _uses_http(module: str) -> bool:
+    """Whether `module` imports werkzeug or one of HTTP_MODULES."""
+    return any(
+        target.split(".")[0] == "werkzeug" or target in HTTP_MODULES
+        or any(f"{target}.{name}" in HTTP_MODULES for name in names)
+        for target, names, _ in _imports(MODULES[module])
+    )
+
+
+def test_http_is_used_only_in_the_web_layer():
+    users = sorted(m for m in MODULES if _uses_http(m))
+    assert users and all(m.startswith("tb_wur_plugin.web.") for m in users), users
 
 
 def test_no_module_imports_another_modules_private_names():
@@ -187,3 +215,5 @@ def test_the_checks_see_a_circle_and_a_crossing():
     assert _side("tb_wur_plugin.read.flags") == "read"
     assert _side("tb_wur_plugin.tf_write.watch") == "write"
     assert "tb_wur_plugin.metadata" in _package_edges("tb_wur_plugin.read.run_data")
+    assert "tb_wur_plugin.web.heatmap_wire" in _package_edges("tb_wur_plugin.web.answers")
+    assert _uses_http("tb_wur_plugin.web.routes") and not _uses_http("tb_wur_plugin.read.export")

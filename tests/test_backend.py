@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from backend import Backend
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata, wur_summary
 
 

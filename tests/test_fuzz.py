@@ -24,7 +24,8 @@ import werkzeug.test
 from werkzeug.wrappers import Request
 
 from backend import Backend
-from tb_wur_plugin.read import heatmap, heatmap_wire
+from tb_wur_plugin.read import heatmap
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata
 from weird_logs import NO_RATIOS, RUNS, STEPS, write_runs
 

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from tb_wur_plugin.read import flags, heatmap, heatmap_wire
+from tb_wur_plugin.read import flags, heatmap
+from tb_wur_plugin.web import heatmap_wire
 
 
 def _random_matrix(rng, n_layers=6, n_steps=80):

@@ -199,7 +199,7 @@ def test_every_route_answers_the_same_for_watch_and_the_writer(served, loader):
     ]
     assert csvs[0] == csvs[1] and len(csvs[0]) == 1 + STEPS * len(SHAPES)
 
-    from tb_wur_plugin.read import heatmap_wire
+    from tb_wur_plugin.web import heatmap_wire
 
     heatmaps = [heatmap_wire.unpack(_route(server, "/data/plugin/wur/heatmap?run={run}", run))
                 for run in ("watch", "writer")]

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 
-from tb_wur_plugin.read import compare, flags, heatmap, run_data, suggest
+from tb_wur_plugin.read import compare, flags, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin import metadata
 from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
 
@@ -80,8 +80,8 @@ class Logdir:
         return None if reference is None else flags.others_moving(matrix, reference)
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
-        """The layer kind of each of `tags` (run_data.layer_kinds)."""
-        return run_data.layer_kinds(self.listings[run], tags)
+        """The layer kind of each of `tags` (run_listing.layer_kinds)."""
+        return run_listing.layer_kinds(self.listings[run], tags)
 
     def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
         return self.data.learning_rate(self._ctx, _EXPERIMENT, run)
