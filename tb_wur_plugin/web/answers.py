@@ -132,6 +132,7 @@ class Answers:
         self, runs: list[str], matrices: list[heatmap.RunMatrix], start: int, end: int,
         columns: int, reduction: str, metric: str,
     ) -> bytes:
+        """The heatmap_wire payload of `heatmap_impl`, computed from `runs`' matrices."""
         steps = np.unique(np.concatenate([m.steps for m in matrices]))
         cols = heatmap.make_columns(steps, start, end, columns)
         arrays: dict[str, np.ndarray] = {
