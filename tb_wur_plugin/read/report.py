@@ -8,6 +8,10 @@ Loading: by default TensorBoard's fast loader (its Rust data server, as
 data server binary installed: the Python loader (`EventMultiplexer` +
 `MultiplexerDataProvider`, as `--load_fast=false`). Both keep `samples` steps per tag
 (default `settings.DEFAULT_SAMPLES_PER_TAG`; 0: all).
+
+Damaged event files (damage.py): a local logdir's event files are checked as the plugin
+checks them; each run's report says which are damaged (`damaged`: its unreadable stretches),
+and the readable records after a stretch are read (run_data).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 
-from tb_wur_plugin.read import compare, flags, heatmap, run_data, run_listing, suggest
+from tb_wur_plugin.read import compare, damage, flags, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin import metadata
 from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
 
@@ -50,20 +54,30 @@ class Settings:
 
 class Logdir:
     """A logdir's wur data, read through a TensorBoard data provider: the ratios of `metric`
-    (one of metadata.METRICS)."""
+    (one of metadata.METRICS), with the records after damaged stretches of its event files
+    when `damage_scanner` scans them (None: not scanned)."""
 
-    def __init__(self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS):
+    def __init__(
+        self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS,
+        damage_scanner: damage.DamageScanner | None = None,
+    ):
         self._ctx = tb_context.RequestContext()
         self.metric = metric
         self.data = run_data.RunData(
             provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
-            index_bytes=0,
+            index_bytes=0, damage_scanner=damage_scanner,
         )
         _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT, metric=metric)
 
     def runs(self) -> list[str]:
         """The runs holding ratio series (per-tag or packed), sorted by name."""
         return sorted(run for run, listing in self.listings.items() if listing.has_ratios())
+
+    def damaged(self, run: str) -> list[damage.Stretch] | None:
+        """The unreadable stretches of `run`'s event files ([]: all whole); None when the
+        logdir's files are not scanned (not a local directory)."""
+        run_damage = self.data.damage(_EXPERIMENT, run)
+        return None if run_damage is None else list(run_damage.stretches)
 
     def matrix(self, run: str) -> heatmap.RunMatrix:
         return self.data.matrix(self._ctx, _EXPERIMENT, run, self.listings[run])
@@ -103,6 +117,7 @@ def open_logdir(
         raise ReportError(f"metric must be one of {', '.join(metadata.METRICS)}, got {metric!r}")
     if "://" not in logdir and not os.path.isdir(logdir):
         raise ReportError(f"no such directory: {logdir}")
+    scanner = damage.DamageScanner.for_logdir(logdir)
     if load_fast is not False:
         try:
             from tensorboard.data import server_ingester
@@ -114,9 +129,9 @@ def open_logdir(
             binary = None
         if binary is not None:
             with _data_server(binary.path, logdir, samples) as provider:
-                yield Logdir(provider, samples, metric)
+                yield Logdir(provider, samples, metric, scanner)
             return
-    yield Logdir(_python_provider(logdir, samples), samples, metric)
+    yield Logdir(_python_provider(logdir, samples), samples, metric, scanner)
 
 
 def _python_provider(logdir: str, samples: int):
@@ -186,8 +201,9 @@ def _read(path: str) -> str:
 
 def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
     """One run's report: {"run", "low", "high", "patience", "layers": [{REPORT_FIELDS...,
-    "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}]}, layers
-    in model order (low/high: the explicit band, None for the default judgement)."""
+    "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}],
+    "damaged": [damage.Stretch, ...] or None}, layers in model order (low/high: the explicit
+    band, None for the default judgement; damaged: `Logdir.damaged`)."""
     band = flags.band_of(settings.low, settings.high)
     matrix = logdir.matrix(run)
     judged = flags.judge_layers(
@@ -208,6 +224,7 @@ def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
         "high": band[1] if band else None,
         "patience": settings.patience,
         "layers": layers,
+        "damaged": logdir.damaged(run),
     }
 
 
@@ -255,6 +272,26 @@ def report(
     return answer
 
 
+def damage_lines(answer: dict) -> list[str]:
+    """One line per damaged event file of the reported runs: "RUN/FILE: N bytes unreadable
+    from offset O (after step S)", a file damaged in several places with each stretch after
+    the first joined by "; "."""
+    lines = []
+    for r in answer["runs"]:
+        by_file: dict[str, list[damage.Stretch]] = {}
+        for stretch in r["damaged"] or []:
+            by_file.setdefault(stretch.file, []).append(stretch)
+        for file, stretches in by_file.items():
+            lines.append(f"{r['run']}/{file}: " + "; ".join(s.describe() for s in stretches))
+    return lines
+
+
+def unchecked(answer: dict) -> bool:
+    """Whether the reported runs' event files were not checked for damage (not a local
+    logdir)."""
+    return any(r["damaged"] is None for r in answer["runs"])
+
+
 def flagged_first(layers: list[dict]) -> list[dict]:
     """The flagged layers in the order of the tab's flags (flags.flag_order), then the
     others in model order."""
@@ -270,14 +307,18 @@ _JSON_LAYER_FIELDS = (*_LAYER_FIELDS, "suggested_learning_rate")
 def to_json(answer: dict) -> dict:
     """The report's JSON (docs/report.md): the contract's shape, layers in model order, plus
     each layer's text, counts and suggested_learning_rate, and per run the band judged
-    against (null: the default judgement) and the suggestions' assumption; non-finite
-    numbers as "NaN", "Infinity", "-Infinity"."""
+    against (null: the default judgement), the suggestions' assumption and its damaged
+    event files (`damaged`: one entry per unreadable stretch, `damage.Stretch.as_json`; null
+    when not checked); non-finite numbers as "NaN", "Infinity", "-Infinity"."""
     out: dict = {
         "runs": [
             {
                 "run": r["run"], "low": r["low"], "high": r["high"], "patience": r["patience"],
                 "suggestions_assume": suggest.ASSUMES,
                 "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]],
+                "damaged": (
+                    None if r["damaged"] is None else [s.as_json() for s in r["damaged"]]
+                ),
             }
             for r in answer["runs"]
         ]
@@ -345,6 +386,8 @@ def to_text(answer: dict, settings: Settings) -> str:
         for l in ordered:
             if l["flagged"]:
                 lines.append(f"  {l['tag']}: {l['text']}")
+        for stretch in r["damaged"] or []:
+            lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
         lines.append(f"  suggested_lr = {suggest.FORMULA}, assuming an {suggest.ASSUMES}")
         lines.append("")
     if "compare" in answer:
