@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 logdir, args.run, settings, tuple(args.compare) if args.compare else None
             )
     except report.ReportError as e:
+        for line in e.damage_lines:
+            print(f"tb-wur report: {line}", file=sys.stderr)
         print(f"tb-wur report: {e}", file=sys.stderr)
         return EXIT_ERROR
     damaged = report.damage_lines(answer)

@@ -6,9 +6,11 @@ What TensorBoard does with a damaged file (read in TensorBoard 2.21 and its data
 and tested in tests/test_damaged_files.py):
 - the fast loader (`--load_fast=true`, the Rust data server: `tf_record.rs`, `event_file.rs`,
   `run.rs`) reads a file's records until the first that fails: a length whose checksum fails,
-  data whose checksum fails, data that is no `Event` or an event with a NaN wall time mark the
+  data that is no `Event` and fails its checksum, or an event with a NaN wall time mark the
   whole file dead (a warning in the data server's log only); a record cut short waits for the
-  rest of it.
+  rest of it. Data that parses is not checked (the data server's default, `--no-checksum`):
+  a record whose data fails its checksum but parses is read, wrong values and all, and the
+  file read on.
 - the Python loader (`--load_fast=false`: `event_file_loader.RawEventFileLoader` over
   TensorFlow's `tf_record_iterator`, or without TensorFlow the stub's `PyRecordReader_New`)
   stops at the first record that fails its checksums or is cut short (a `DataLossError`,
@@ -25,7 +27,9 @@ progress, leaves. A file cut exactly between two records reads as whole: nothing
 says that more was to come.
 
 The readable records after a file's first stretch (the ones both loaders skip) are read here:
-the values of their summaries (`RunDamage.recovered`) join the run's points (run_data).
+the values of their summaries (`RunDamage.recovered`) join the run's points (run_data). The
+values of a record whose data fails its checksum, which the fast loader may have read, are
+left out (`RunDamage.untrusted`), so that both loaders show the same points.
 
 Cost: a file is read once, then again only from where its last scan ended when it grew (event
 files are appended to), and from its start when it was replaced or changed otherwise; a
@@ -66,7 +70,8 @@ _MAX_RECORD_BYTES = 1 << 32
 _RECOVERED_DTYPES = frozenset(
     {types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE, types_pb2.DT_UINT8, types_pb2.DT_INT64}
 )
-# Bytes before where a scan ended that must be unchanged for the next scan to go on from there.
+# Bytes at the start of a file and before where its scan ended that must be unchanged for the
+# next scan to go on from there (event files are appended to).
 _CHECKED_BYTES = 64
 # Event files and runs whose scans are kept.
 _KEPT_FILES = 65_536
@@ -135,10 +140,13 @@ class RecoveredSeries:
 @dataclasses.dataclass(frozen=True)
 class RunDamage:
     """What the scan of a run directory's event files found: every unreadable stretch (files
-    by name, then by offset) and the points read beyond them, by tag (files by name)."""
+    by name, then by offset), the points read beyond them by tag (files by name), and the
+    (step, wall time) of the points of records whose data fails its checksum, by tag (which
+    TensorBoard's fast loader reads when their data parses: not to be shown)."""
 
     stretches: tuple[Stretch, ...]
     recovered: dict[str, RecoveredSeries]
+    untrusted: dict[str, frozenset[tuple[int, float]]] = dataclasses.field(default_factory=dict)
 
 
 class DamageScanner:
@@ -247,7 +255,11 @@ def _run_damage(scans: list["_FileScan"]) -> RunDamage:
             np.array([w for p in tag_parts for w in p.wall_times], np.float64),
             tuple(v for p in tag_parts for v in p.values),
         )
-    return RunDamage(stretches, recovered)
+    untrusted: dict[str, set[tuple[int, float]]] = {}
+    for scan in scans:
+        for tag, points in scan.untrusted.items():
+            untrusted.setdefault(tag, set()).update(points)
+    return RunDamage(stretches, recovered, {t: frozenset(p) for t, p in untrusted.items()})
 
 
 # --- one file -------------------------------------------------------------------------------
@@ -258,7 +270,8 @@ class _Record(enum.Enum):
 
     READABLE = "readable"  # a whole record whose checksums check
     CUT_SHORT = "cut_short"  # a record the end of the file cuts (or too few bytes to tell)
-    FAILING = "failing"  # a length or data whose checksum fails
+    FAILING = "failing"  # a length whose checksum fails
+    FAILING_DATA = "failing_data"  # a whole record (its length checks) whose data's checksum fails
 
 
 @dataclasses.dataclass
@@ -288,6 +301,7 @@ class _FileScan:
         self.closed: list[Stretch] = []
         self.tail: Stretch | None = None
         self.points: dict[str, _Points] = {}
+        self.untrusted: dict[str, set[tuple[int, float]]] = {}
         self._last_record: tuple[int, int] | None = None  # (offset, end)
         self._last_step: tuple[tuple[int, int] | None, int | None] = (None, None)
         self._checked = b""
@@ -296,11 +310,10 @@ class _FileScan:
         return self.closed + ([self.tail] if self.tail is not None else [])
 
     def grew(self, f: BinaryIO) -> bool:
-        """Whether `f` still holds the bytes this scan ended on (the last `_CHECKED_BYTES`
-        before `resume`): the file was appended to, not rewritten."""
-        start = max(0, self.resume - _CHECKED_BYTES)
-        f.seek(start)
-        return f.read(self.resume - start) == self._checked
+        """Whether `f` still holds the bytes this scan began and ended on (`_checked`): the
+        file was appended to, not rewritten (by another writer: its first record, the
+        version header, holds its own wall time)."""
+        return self._checked == _ends(f, self.resume)
 
     def advance(self, f: BinaryIO, size: int) -> None:
         """Scans `f` (this file, `size` bytes long) from `resume` to its end."""
@@ -321,19 +334,25 @@ class _FileScan:
             if status is _Record.CUT_SHORT:
                 self.tail = Stretch(self.name, pos, data.size - pos, after, True)
                 break
-            found, found_status = _next_record(data, pos + 1)
-            if found is None:
-                self.tail = Stretch(self.name, pos, data.size - pos, after, False)
+            start = pos
+            while status is _Record.FAILING_DATA:  # the records the fast loader may read
+                self._distrust(data.get(pos + metadata.RECORD_HEADER_BYTES,
+                                        end - pos - metadata.RECORD_HEADER_BYTES
+                                        - metadata.RECORD_FOOTER_BYTES))
+                pos = end
+                status, end = _record_at(data, pos) if pos < data.size else (None, 0)
+            if status is _Record.FAILING:
+                pos, status = _next_record(data, pos + 1)
+            if status is None:
+                self.tail = Stretch(self.name, start, data.size - start, after, False)
                 break
-            self.closed.append(Stretch(self.name, pos, found - pos, after, False))
-            pos = found
-            if found_status is _Record.CUT_SHORT:
-                self.tail = Stretch(self.name, found, data.size - found, after, True)
+            self.closed.append(Stretch(self.name, start, pos - start, after, False))
+            if status is _Record.CUT_SHORT:
+                self.tail = Stretch(self.name, pos, data.size - pos, after, True)
                 break
         self.resume = self.tail.offset if self.tail is not None else pos
         self.size = data.size
-        checked_from = max(0, self.resume - _CHECKED_BYTES)
-        self._checked = data.get(checked_from, self.resume - checked_from)
+        self._checked = _ends(f, self.resume)
 
     def _after_step(self, data: "_FileBytes") -> int | None:
         """The step of the last readable record so far (None: none, or the file's version
@@ -350,6 +369,16 @@ class _FileScan:
                     step = event.step
             self._last_step = (record, step)
         return self._last_step[1]
+
+    def _distrust(self, record: bytes) -> None:
+        """Notes the values of the event in `record`, a record whose data fails its
+        checksum, by tag: TensorBoard's fast loader reads such a record when its data parses
+        (its data server checks a record's checksum only when its data does not parse: its
+        default `--no-checksum`), and then goes on with the file; its values may be wrong."""
+        event = _event(record)
+        if event is not None:
+            for value in event.summary.value:
+                self.untrusted.setdefault(value.tag, set()).add((event.step, event.wall_time))
 
     def _recover(self, record: bytes) -> None:
         """Keeps the tensor values of the event in `record` (the points a wur series may
@@ -376,6 +405,15 @@ class _FileScan:
             points.steps.append(event.step)
             points.wall_times.append(event.wall_time)
             points.values.append(array)
+
+
+def _ends(f: BinaryIO, length: int) -> bytes:
+    """The first and the last `_CHECKED_BYTES` of the first `length` bytes of `f`."""
+    f.seek(0)
+    head = f.read(min(length, _CHECKED_BYTES))
+    start = max(0, length - _CHECKED_BYTES)
+    f.seek(start)
+    return head + f.read(length - start)
 
 
 def _event(record: bytes) -> event_pb2.Event | None:
@@ -414,7 +452,8 @@ _CRC = struct.Struct("<I")
 
 
 def _record_at(data: _FileBytes, offset: int) -> tuple[_Record, int]:
-    """What starts at `offset`, and where a readable record there ends."""
+    """What starts at `offset`, and where a whole record there (readable, or its data
+    failing) ends."""
     header = data.get(offset, metadata.RECORD_HEADER_BYTES)
     if len(header) < metadata.RECORD_HEADER_BYTES:
         return _Record.CUT_SHORT, 0
@@ -428,7 +467,7 @@ def _record_at(data: _FileBytes, offset: int) -> tuple[_Record, int]:
     if len(body) < length + metadata.RECORD_FOOTER_BYTES:
         return _Record.CUT_SHORT, 0
     if metadata.masked_crc32c(body[:length]) != _CRC.unpack_from(body, length)[0]:
-        return _Record.FAILING, 0
+        return _Record.FAILING_DATA, end
     return _Record.READABLE, end
 
 
@@ -461,7 +500,7 @@ def _next_record(data: _FileBytes, start: int) -> tuple[int | None, _Record | No
             for index in plausible[expected[position] == crcs[plausible]]:
                 offset = window_start + int(index)
                 status, _ = _record_at(data, offset)
-                if status is not _Record.FAILING:
+                if status in (_Record.READABLE, _Record.CUT_SHORT):
                     return offset, status
         window_start += count
     return None, None

@@ -37,7 +37,13 @@ _EXPERIMENT = ""
 
 
 class ReportError(Exception):
-    """A report that cannot be made (exit status 2): the message says why, in one line."""
+    """A report that cannot be made (exit status 2): the message says why, in one line;
+    `damage_lines`: the damaged event files of the runs asked for (`damage_lines`), which
+    may be why."""
+
+    def __init__(self, message: str, damage_lines: list[str] | None = None):
+        super().__init__(message)
+        self.damage_lines = damage_lines or []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +84,16 @@ class Logdir:
         logdir's files are not scanned (not a local directory)."""
         run_damage = self.data.damage(_EXPERIMENT, run)
         return None if run_damage is None else list(run_damage.stretches)
+
+    def damaged_without_ratios(self) -> dict[str, list[damage.Stretch]]:
+        """The unreadable stretches of the damaged runs that hold no ratio series (none
+        read: the damage may have taken them), by run, sorted by name."""
+        with_ratios = set(self.runs())
+        return {
+            run: list(found.stretches)
+            for run, found in sorted(self.data.damages(_EXPERIMENT).items())
+            if found.stretches and run not in with_ratios
+        }
 
     def matrix(self, run: str) -> heatmap.RunMatrix:
         return self.data.matrix(self._ctx, _EXPERIMENT, run, self.listings[run])
@@ -236,7 +252,8 @@ def report(
     compare_runs: tuple[str, str] | None = None,
 ) -> dict:
     """The report of the runs whose name `re.search`es `run_pattern` (None: all), and, with
-    `compare_runs`, their comparison.
+    `compare_runs`, their comparison. `damaged_runs_without_ratios`: {run: [damage.Stretch,
+    ...]} of the runs the pattern selects that hold no ratios and have a damaged event file.
 
     Raises:
         ReportError: no run holds ratios, the pattern selects none, or a compared run holds
@@ -246,18 +263,27 @@ def report(
         flags.band_of(settings.low, settings.high)
     except ValueError as e:
         raise ReportError(str(e)) from None
+    pattern = re.compile(run_pattern) if run_pattern is not None else None
+    damaged_others = {
+        run: stretches for run, stretches in logdir.damaged_without_ratios().items()
+        if pattern is None or pattern.search(run)
+    }
+    other_lines = damage_lines({"runs": [], "damaged_runs_without_ratios": damaged_others})
     runs = logdir.runs()
     if not runs:
         raise ReportError(
             "the logdir holds no wur ratios" if logdir.metric == metadata.METRIC_FROBENIUS
-            else f"the logdir holds no {logdir.metric} wur ratios"
+            else f"the logdir holds no {logdir.metric} wur ratios",
+            other_lines,
         )
-    if run_pattern is not None:
-        pattern = re.compile(run_pattern)
+    if pattern is not None:
         runs = [r for r in runs if pattern.search(r)]
         if not runs:
-            raise ReportError(f"--run {run_pattern!r} selects no run")
-    answer: dict = {"runs": [run_report(logdir, run, settings) for run in runs]}
+            raise ReportError(f"--run {run_pattern!r} selects no run", other_lines)
+    answer: dict = {
+        "runs": [run_report(logdir, run, settings) for run in runs],
+        "damaged_runs_without_ratios": damaged_others,
+    }
     if compare_runs is not None:
         known = set(logdir.runs())
         for name in compare_runs:
@@ -273,16 +299,18 @@ def report(
 
 
 def damage_lines(answer: dict) -> list[str]:
-    """One line per damaged event file of the reported runs: "RUN/FILE: N bytes unreadable
-    from offset O (after step S)", a file damaged in several places with each stretch after
-    the first joined by "; "."""
+    """One line per damaged event file of the reported runs (then of the damaged runs
+    without ratios): "RUN/FILE: N bytes unreadable from offset O (after step S)", a file
+    damaged in several places with each further stretch after "; "."""
+    damaged = [(r["run"], r["damaged"] or []) for r in answer["runs"]]
+    damaged += list(answer["damaged_runs_without_ratios"].items())
     lines = []
-    for r in answer["runs"]:
+    for run, run_stretches in damaged:
         by_file: dict[str, list[damage.Stretch]] = {}
-        for stretch in r["damaged"] or []:
+        for stretch in run_stretches:
             by_file.setdefault(stretch.file, []).append(stretch)
         for file, stretches in by_file.items():
-            lines.append(f"{r['run']}/{file}: " + "; ".join(s.describe() for s in stretches))
+            lines.append(f"{run}/{file}: " + "; ".join(s.describe() for s in stretches))
     return lines
 
 
@@ -309,7 +337,8 @@ def to_json(answer: dict) -> dict:
     each layer's text, counts and suggested_learning_rate, and per run the band judged
     against (null: the default judgement), the suggestions' assumption and its damaged
     event files (`damaged`: one entry per unreadable stretch, `damage.Stretch.as_json`; null
-    when not checked); non-finite numbers as "NaN", "Infinity", "-Infinity"."""
+    when not checked), and the damaged runs without ratios; non-finite numbers as "NaN",
+    "Infinity", "-Infinity"."""
     out: dict = {
         "runs": [
             {
@@ -321,7 +350,11 @@ def to_json(answer: dict) -> dict:
                 ),
             }
             for r in answer["runs"]
-        ]
+        ],
+        "damaged_runs_without_ratios": [
+            {"run": run, "damaged": [s.as_json() for s in stretches]}
+            for run, stretches in answer["damaged_runs_without_ratios"].items()
+        ],
     }
     if "compare" in answer:
         out["compare"] = answer["compare"]
@@ -389,6 +422,11 @@ def to_text(answer: dict, settings: Settings) -> str:
         for stretch in r["damaged"] or []:
             lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
         lines.append(f"  suggested_lr = {suggest.FORMULA}, assuming an {suggest.ASSUMES}")
+        lines.append("")
+    for run, stretches in answer["damaged_runs_without_ratios"].items():
+        lines.append(f"run {run}: no wur ratios read, and damaged event files")
+        for stretch in stretches:
+            lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
         lines.append("")
     if "compare" in answer:
         c = answer["compare"]

@@ -20,8 +20,9 @@ after an unreadable stretch, which TensorBoard's loaders do not read, join the d
 provider's: their series are listed (a new one when its metadata is among them, else only
 one the provider lists), and read with the provider's points, the points of a series in the
 order written (by wall time; a point the provider has too, same step and wall time, once),
-downsampled evenly to `downsample` when they are more. `damage(experiment, run)` says what
-the run's latest listing found.
+downsampled evenly to `downsample` when they are more. The provider's points of a record
+whose data fails its checksum (which the fast loader reads when its data parses) are left
+out. `damage(experiment, run)` says what the run's latest listing found.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ class RunData:
         """The damage of `run`'s event files as its latest listing found it; None when the
         event files are not scanned, or `run` was not listed yet."""
         return self._damage.get((experiment, run))
+
+    def damages(self, experiment: str) -> dict[str, damage.RunDamage]:
+        """The damage of every run listed so far (with or without wur data), by run."""
+        return {run: found for (e, run), found in list(self._damage.items()) if e == experiment}
 
     def _scan_damage(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
@@ -436,7 +441,8 @@ class RunData:
         """`read_columns` (a `tb_private` reader) of `tags` of `run`; with another data
         provider, its `read_public` with each series' points made columns by `columns_of`;
         with the points recovered after the run's unreadable stretches (`recovered_of` makes
-        a `damage.RecoveredSeries` columns of the same kind) merged in."""
+        a `damage.RecoveredSeries` columns of the same kind) merged in, and the points of its
+        records whose data fails its checksum (`damage.RunDamage.untrusted`) left out."""
         arguments = dict(
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
@@ -452,6 +458,9 @@ class RunData:
         run_damage = self._damage.get((experiment, run))
         if run_damage is not None:
             for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in found:
+                    found[tag] = _without(found[tag], untrusted)
                 recovered = run_damage.recovered.get(tag)
                 if recovered is not None:
                     found[tag] = _joined(found.get(tag), recovered_of(recovered), self._downsample)
@@ -459,7 +468,8 @@ class RunData:
 
     def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
         """`read` (the provider's read_scalars) of `tags` of `run`, with the points recovered
-        after the run's unreadable stretches merged in (as `_columns` merges them)."""
+        after the run's unreadable stretches merged in and those of its records whose data
+        fails its checksum left out (as `_columns` does)."""
         data = read(
             ctx,
             experiment_id=experiment,
@@ -470,6 +480,9 @@ class RunData:
         run_damage = self._damage.get((experiment, run))
         if run_damage is not None:
             for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in data:
+                    data[tag] = [p for p in data[tag] if (p.step, p.wall_time) not in untrusted]
                 recovered = run_damage.recovered.get(tag)
                 if recovered is not None:
                     steps, wall_times, values = _joined(
@@ -683,6 +696,20 @@ def _with_recovered_series(
             )
         listed[run] = series
     return listed
+
+
+def _without(columns, untrusted: frozenset[tuple[int, float]]):
+    """`columns` (scalar or tensor columns) without the points whose (step, wall time) is
+    one of `untrusted`."""
+    steps, wall_times, values = columns
+    keep = np.array(
+        [(s, w) not in untrusted for s, w in zip(steps.tolist(), wall_times.tolist())], bool
+    )
+    if keep.all():
+        return columns
+    if isinstance(values, list):
+        return steps[keep], wall_times[keep], [v for v, k in zip(values, keep) if k]
+    return steps[keep], wall_times[keep], values[keep]
 
 
 def _recovered_scalars(recovered: damage.RecoveredSeries) -> point_columns.PointColumns:
