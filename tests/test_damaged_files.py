@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -439,3 +440,35 @@ def test_the_samples_kept_include_the_recovered_points(tmp_path):
     (run,) = backend.json("runs")["runs"]
     assert run["damaged"] and all(l["logged_steps"] == 50 for l in run["layers"])
     assert all(l["last_step"] == 199 for l in run["layers"]) and len(run["layers"]) == len(TAGS)
+
+
+def test_the_tab_shows_the_notice(tmp_path):
+    """The tab (headless Chromium, the fast loader) shows each damaged run's stretches on its
+    heatmap block, in the report's words, a file name as text, and nothing on a whole run."""
+    node, chromium = shutil.which("node"), "/usr/bin/chromium"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert node and os.path.exists(chromium), "Node.js and chromium: scripts/frontend.sh"
+    logdir = tmp_path / "logs"
+    _write(logdir / "whole")
+    damaged = {}
+    for run, change in [("garbled", _flipped(14, 40)), ("cut", lambda d: d[:len(d) // 2])]:
+        stretch, _ = _changed(_write(logdir / run), change)
+        damaged[run] = [f"{stretch.file}: {stretch.describe()}"]
+    with SummaryWriter(logdir / "named", filename_suffix=".<img src=x onerror=alert(1)>") as writer:
+        for step in range(STEPS):
+            writer.add_ratios({tag: _ratio(tag, step) for tag in TAGS}, step)
+    (path,) = [str(p) for p in (logdir / "named").iterdir()]
+    stretch, _ = _changed(path, _zeros(1000, 40))
+    assert "<img" in stretch.file
+    damaged["named"] = [f"{stretch.file}: {stretch.describe()}"]
+    with TensorBoardServer(str(logdir), load_fast=True) as server:
+        server.wait_for(lambda d: len(d["runs"]) == 4, "/data/plugin/wur/runs")
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps({"url": server.url, "label": "damage", "damaged": damaged,
+                                      "whole": ["whole"]}))
+        result = subprocess.run(
+            [node, os.path.join(root, "tests", "browser", "wur_damage.mjs"), str(config)],
+            capture_output=True, text=True, timeout=150,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "damage notices shown" in result.stdout
