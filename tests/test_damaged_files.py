@@ -336,8 +336,13 @@ def test_the_report_says_what_is_damaged_and_reads_what_is_after(damaged_logdir,
         assert not any(l["flagged"] for l in runs[run]["layers"]), run
         lines += [f"tb-wur report: {run}/{s.file}: {s.describe()}" for s in stretches]
     assert _damage_lines(err) == sorted(lines)
-    # the steps read are exactly those whose records are whole, with the values written
-    frame = read_ratios(logdir, load_fast=load_fast)
+    # the steps read are exactly those whose records are whole, with the values written;
+    # read_ratios warns of each damaged file
+    with pytest.warns(RuntimeWarning) as warned:
+        frame = read_ratios(logdir, load_fast=load_fast)
+    assert sorted(str(w.message) for w in warned if "damaged event file" in str(w.message)) == sorted(
+        line.replace("tb-wur report: ", "damaged event file ") for line in lines
+    )
     for run, (_, steps) in expected.items():
         rows = frame[frame.run == run]
         for tag in TAGS:
@@ -472,3 +477,26 @@ def test_the_tab_shows_the_notice(tmp_path):
         )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "damage notices shown" in result.stdout
+
+
+def test_a_logdir_that_is_no_local_directory_is_said_unchecked(capsys):
+    """TensorFlow's in-memory ram:// filesystem (read by the Python loader in this process),
+    as gs:// would be: the files are not checked, and the report says so."""
+    import uuid
+
+    import tensorflow as tf
+
+    logdir = f"ram://wur-damage-{uuid.uuid4().hex}/logs"
+    try:
+        with SummaryWriter(f"{logdir}/run") as writer:
+            writer.add_ratios({tag: _ratio(tag, 0) for tag in TAGS}, 0)
+        assert damage.DamageScanner.for_logdir(logdir) is None
+        status, out, err = _report(capsys, logdir, "--format", "json", "--load_fast=false",
+                                   "--fail-on-damage")
+        assert status == 0 and json.loads(out)["runs"][0]["damaged"] is None
+        assert f"tb-wur report: {logdir} is not a local directory: its event files were not " \
+               "checked for damage" in err.splitlines()
+        (run,) = Backend(logdir).json("runs")["runs"]
+        assert run["damaged"] is None
+    finally:
+        tf.io.gfile.rmtree(logdir.rsplit("/", 1)[0])
