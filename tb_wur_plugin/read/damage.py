@@ -193,7 +193,8 @@ class DamageScanner:
         if os.path.isabs(run) or ".." in run.replace("\\", "/").split("/"):
             return None
         directory = os.path.normpath(os.path.join(self._root, run))
-        return directory if directory.startswith(self._root + os.sep) else None
+        inside = directory != self._root and os.path.commonpath([self._root, directory]) == self._root
+        return directory if inside else None
 
     def _scan_file(self, path: str, name: str, stat: os.stat_result) -> "_FileScan":
         """The scan of one event file, continued from where the last one ended when the file
@@ -202,16 +203,19 @@ class DamageScanner:
         if scan is not None and (scan.size, scan.mtime_ns) == (stat.st_size, stat.st_mtime_ns) \
                 and scan.identity == (stat.st_dev, stat.st_ino):
             return scan
-        if scan is None or scan.identity != (stat.st_dev, stat.st_ino) or stat.st_size <= scan.size:
-            scan = _FileScan(name, (stat.st_dev, stat.st_ino))
+        identity = (stat.st_dev, stat.st_ino)
+        if scan is None or scan.identity != identity or stat.st_size <= scan.size:
+            scan = _FileScan(name, identity)
         try:
             with open(path, "rb") as f:
                 if not scan.grew(f):
-                    scan = _FileScan(name, (stat.st_dev, stat.st_ino))
-                scan.advance(f, os.fstat(f.fileno()).st_size)
+                    scan = _FileScan(name, identity)
+                opened = os.fstat(f.fileno())
+                scan.advance(f, opened.st_size)
+                scan.mtime_ns = opened.st_mtime_ns
         except OSError as e:  # gone or unreadable since it was listed: TensorBoard cannot read it either
             logger.warning("cannot check the event file %s: %s", path, e)
-        scan.mtime_ns = stat.st_mtime_ns
+            return _FileScan(name, identity)
         self._files.put(path, None, scan)
         return scan
 
