@@ -9,7 +9,7 @@ from __future__ import annotations
 from tensorboard.plugins import base_plugin
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read import run_data
+from tb_wur_plugin.read import damage, run_data
 from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_SAMPLES_PER_TAG
 from tb_wur_plugin.web.answers import Answers
 from tb_wur_plugin.web.routes import Routes
@@ -34,6 +34,7 @@ class WURPlugin(base_plugin.TBPlugin):
             downsample=samples if samples > 0 else ALL_POINTS,
             matrix_bytes=CACHE_BYTES,
             index_bytes=INDEX_CACHE_BYTES,
+            damage_scanner=damage.DamageScanner.for_logdir(context.logdir),
         )
         self.answers = Answers(self._data)
         self._routes = Routes(self.answers)

@@ -1,6 +1,7 @@
-"""The bytes of event files, without TensorFlow: the masked CRC-32C of TFRecord framing and
-the protobuf pieces of a `Summary.value` that the writers assemble by hand (the
-TensorFlow-free `SummaryWriter` and TensorFlow's batched writes, `tf_write/batched_write.py`).
+"""The bytes of event files, without TensorFlow: the masked CRC-32C of TFRecord framing
+(`metadata.masked_crc32c`: the protocol's, which the read side checks too) and the protobuf
+pieces of a `Summary.value` that the writers assemble by hand (the TensorFlow-free
+`SummaryWriter` and TensorFlow's batched writes, `tf_write/batched_write.py`).
 
 The checksum itself is `google_crc32c`'s (Google's C library). TensorBoard's own
 implementation without TensorFlow
@@ -12,21 +13,11 @@ from __future__ import annotations
 
 import functools
 
-import google_crc32c
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
-_MASK = 0xFFFFFFFF
+from tb_wur_plugin.metadata import masked_crc32c
 
-
-def crc32c(data: bytes) -> int:
-    """The CRC-32C (Castagnoli) of `data`."""
-    return google_crc32c.value(data)
-
-
-def masked_crc32c(data: bytes) -> int:
-    """The masked CRC-32C that TFRecord framing stores after a record's length and data."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & _MASK
+__all__ = ["masked_crc32c", "varint", "value_prefix", "vector_fields"]
 
 
 def varint(value: int) -> bytes:

@@ -6,6 +6,8 @@ through `tb_wur_plugin.metadata`, and imports nothing of the plugin's HTTP layer
   series holding them (per-tag and packed), its skipped-step marker.
 - `run_data`: a run's points from the data provider, its matrix and step index in model
   order, cached.
+- `damage`: damaged event files: each file's unreadable stretches, and the readable records
+  after them that TensorBoard's loaders skip (merged into the run's points by `run_data`).
 - `lru_cache`: the one cache (by key, valid for one data signature, least recently used
   dropped), also used by the plugin's `web/answers`.
 - `tb_private`: every private TensorBoard API the package uses (columnar reads).

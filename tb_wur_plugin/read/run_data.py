@@ -13,6 +13,16 @@ reads as one series per layer, the points of all its sources merged in the order
 Skipped steps: a step is skipped when the last value of the run's skipped-step marker
 written at it is 1 and some ratio was logged at it. The marker is read with the ratios (a
 packed series carries its own), so the same steps survive TensorBoard's sampling.
+
+Damaged event files (damage.py): with a `damage.DamageScanner`, each listing also scans the
+listed runs' event files (TensorBoard's runs only: `list_runs`); the points of the records
+after an unreadable stretch, which TensorBoard's loaders do not read, join the data
+provider's: their series are listed (a new one when its metadata is among them, else only
+one the provider lists), and read with the provider's points, the points of a series in the
+order written (by wall time; a point the provider has too, same step and wall time, once),
+downsampled evenly to `downsample` when they are more. The provider's points of a record
+whose data fails its checksum (which the fast loader reads when its data parses) are left
+out. `damage(experiment, run)` says what the run's latest listing found.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 import threading
 from typing import Callable, Hashable, TypeVar
 
@@ -27,9 +38,10 @@ import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider
 
-from tb_wur_plugin.read import heatmap, point_columns, tb_private
+from tb_wur_plugin.read import damage, heatmap, point_columns, tb_private
 from tb_wur_plugin import metadata
 from tb_wur_plugin.read.argument_values import shown
 from tb_wur_plugin.read.lru_cache import LruCache
@@ -109,13 +121,17 @@ class RunData:
         matrix_bytes: memory the cached matrices may hold together (the least recently used
             are dropped beyond it; the last one is always kept).
         index_bytes: the same for the cached step indexes.
+        damage_scanner: the scanner of the logdir's event files (module docstring); None:
+            they are not scanned (`damage` then says None).
     """
 
     def __init__(
         self, data_provider: provider.DataProvider, downsample: int, matrix_bytes: int,
-        index_bytes: int,
+        index_bytes: int, damage_scanner: damage.DamageScanner | None = None,
     ):
         self._provider = data_provider
+        self._damage_scanner = damage_scanner
+        self._damage: dict[tuple[str, str], damage.RunDamage] = {}  # by (experiment, run)
         self._downsample = downsample
         self._matrices: LruCache[heatmap.RunMatrix] = LruCache(max_bytes=matrix_bytes)
         self._indexes: LruCache[StepIndex] = LruCache(max_bytes=index_bytes)
@@ -125,15 +141,49 @@ class RunData:
         )
         self._listings: LruCache[dict] = LruCache(max_entries=_KEPT_LISTINGS)
 
+    def damage(self, experiment: str, run: str) -> damage.RunDamage | None:
+        """The damage of `run`'s event files as its latest listing found it; None when the
+        event files are not scanned, or `run` was not listed yet."""
+        return self._damage.get((experiment, run))
+
+    def damages(self, experiment: str) -> dict[str, damage.RunDamage]:
+        """The damage of every run listed so far (with or without wur data), by run."""
+        return {run: found for (e, run), found in list(self._damage.items()) if e == experiment}
+
+    def _scan_damage(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, damage.RunDamage]:
+        """The damage of `runs` (None: all runs) that TensorBoard knows (never a directory a
+        request names otherwise), each kept for `damage`; {} without a scanner."""
+        if self._damage_scanner is None:
+            return {}
+        known = [r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment)]
+        wanted = known if runs is None else sorted(set(runs) & set(known))
+        found = {run: self._damage_scanner.scan(run) for run in wanted}
+        for run, run_damage in found.items():
+            self._damage[(experiment, run)] = run_damage
+        return found
+
     def list_scalars(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
     ) -> dict[str, dict[str, Series]]:
-        """The wur scalar series of `runs` (None: all runs), by run and tag.
+        """The wur scalar series of `runs` (None: all runs), by run and tag, with those of
+        the records after an unreadable stretch (module docstring).
 
         With the Python loader, whose listing visits every point held (to find each series'
-        last step and write), the listing is kept while each series' last point (its
-        `read_last_scalars`, one point per series) stays the same.
+        last step and write), the provider's listing is kept while each series' last point
+        (its `read_last_scalars`, one point per series) stays the same.
         """
+        return _with_recovered_series(
+            self._provider_scalars(ctx, experiment, runs),
+            self._scan_damage(ctx, experiment, runs), provider.ScalarTimeSeries,
+        )
+
+    def _provider_scalars(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, dict[str, Series]]:
+        """The data provider's wur scalar series of `runs` (None: all runs), by run and tag
+        (`list_scalars`, without the recovered ones)."""
         run_tag_filter = provider.RunTagFilter(runs=runs) if runs else None
         if not self._keep_listings:
             return self._provider.list_scalars(
@@ -161,7 +211,16 @@ class RunData:
     def list_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
     ) -> dict[str, dict[str, Series]]:
-        """The wur tensor series of `runs` (None: all runs), by run and tag."""
+        """The wur tensor series of `runs` (None: all runs), by run and tag, with those of
+        the records after an unreadable stretch."""
+        return _with_recovered_series(
+            self._provider_tensors(ctx, experiment, runs),
+            self._scan_damage(ctx, experiment, runs), provider.TensorTimeSeries,
+        )
+
+    def _provider_tensors(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, dict[str, Series]]:
         return self._provider.list_tensors(
             ctx,
             experiment_id=experiment,
@@ -175,8 +234,13 @@ class RunData:
     ) -> tuple[dict[str, dict[str, Series]], dict[str, dict[str, Series]], dict[str, RunListing]]:
         """(the scalar series, the tensor series, the `RunListing` of `metric`'s ratios) of
         `runs` (None: all runs with wur data), each by run."""
-        scalars = self.list_scalars(ctx, experiment, runs)
-        tensors = self.list_tensors(ctx, experiment, runs)
+        found = self._scan_damage(ctx, experiment, runs)
+        scalars = _with_recovered_series(
+            self._provider_scalars(ctx, experiment, runs), found, provider.ScalarTimeSeries
+        )
+        tensors = _with_recovered_series(
+            self._provider_tensors(ctx, experiment, runs), found, provider.TensorTimeSeries
+        )
         listings = {
             run: RunListing.of(scalars.get(run, {}), tensors.get(run, {}), metric)
             for run in sorted(set(scalars) | set(tensors))
@@ -196,7 +260,7 @@ class RunData:
         self, ctx: tb_context.RequestContext, experiment: str, run: str, metric: str
     ) -> heatmap.RunMatrix | None:
         """The matrix of `run`'s Frobenius ratios when its `metric` ratios are judged and
-        `metric` is another one (the evidence that the run moves: `flags.others_moving`);
+        `metric` is another one (the evidence that the run moves: `judge.others_moving`);
         None for the Frobenius ratios themselves, or a run without Frobenius ratios."""
         if metric == metadata.METRIC_FROBENIUS:
             return None
@@ -217,7 +281,7 @@ class RunData:
                 np.array([p.wall_time for p in points], np.float64),
                 [np.asarray(p.numpy) for p in points],
             ),
-            ctx, experiment, run, tags,
+            _recovered_tensors, ctx, experiment, run, tags,
         )
 
     def read_packed(
@@ -368,12 +432,17 @@ class RunData:
         loaders without a Python object per point (`tb_private.read_scalar_columns`)."""
         return self._columns(
             tb_private.read_scalar_columns, self._provider.read_scalars, point_columns.of_points,
-            ctx, experiment, run, tags,
+            _recovered_scalars, ctx, experiment, run, tags,
         )
 
-    def _columns(self, read_columns, read_public, columns_of, ctx, experiment, run, tags):
+    def _columns(
+        self, read_columns, read_public, columns_of, recovered_of, ctx, experiment, run, tags
+    ):
         """`read_columns` (a `tb_private` reader) of `tags` of `run`; with another data
-        provider, its `read_public` with each series' points made columns by `columns_of`."""
+        provider, its `read_public` with each series' points made columns by `columns_of`;
+        with the points recovered after the run's unreadable stretches (`recovered_of` makes
+        a `damage.RecoveredSeries` columns of the same kind) merged in, and the points of its
+        records whose data fails its checksum (`damage.RunDamage.untrusted`) left out."""
         arguments = dict(
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
@@ -382,20 +451,49 @@ class RunData:
         )
         columns = read_columns(self._provider, ctx, **arguments)
         if columns is not None:
-            return columns.get(run, {})
-        by_tag = read_public(ctx, **arguments).get(run, {})
-        return {tag: columns_of(by_tag.pop(tag)) for tag in list(by_tag)}
+            found = columns.get(run, {})
+        else:
+            by_tag = read_public(ctx, **arguments).get(run, {})
+            found = {tag: columns_of(by_tag.pop(tag)) for tag in list(by_tag)}
+        run_damage = self._damage.get((experiment, run))
+        if run_damage is not None:
+            for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in found:
+                    found[tag] = _without(found[tag], untrusted)
+                recovered = run_damage.recovered.get(tag)
+                if recovered is not None:
+                    found[tag] = _joined(found.get(tag), recovered_of(recovered), self._downsample)
+        return found
 
     def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
-        """`read` (the provider's read_scalars) of `tags` of `run`."""
+        """`read` (the provider's read_scalars) of `tags` of `run`, with the points recovered
+        after the run's unreadable stretches merged in and those of its records whose data
+        fails its checksum left out (as `_columns` does)."""
         data = read(
             ctx,
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
             downsample=self._downsample,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
-        )
-        return data.get(run, {})
+        ).get(run, {})
+        run_damage = self._damage.get((experiment, run))
+        if run_damage is not None:
+            for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in data:
+                    data[tag] = [p for p in data[tag] if (p.step, p.wall_time) not in untrusted]
+                recovered = run_damage.recovered.get(tag)
+                if recovered is not None:
+                    steps, wall_times, values = _joined(
+                        point_columns.of_points(data.get(tag, [])),
+                        _recovered_scalars(recovered), self._downsample,
+                    )
+                    data[tag] = [
+                        provider.ScalarDatum(step=int(s), wall_time=float(w), value=float(v))
+                        for s, w, v in zip(steps, wall_times, values)
+                    ]
+        return data
 
     def learning_rate(
         self, ctx: tb_context.RequestContext, experiment: str, run: str
@@ -561,6 +659,92 @@ class RunData:
         series.sort(key=lambda s: (s[1][0], layers[s[0]][0], first_wall_time[s[0]], s[0]))
         skipped_steps = np.unique(np.concatenate(skipped)) if skipped else np.zeros(0, np.int64)
         return series, skipped_steps
+
+
+def _with_recovered_series(
+    listed: dict[str, dict[str, Series]], found: dict[str, damage.RunDamage], series_class: type,
+) -> dict[str, dict[str, Series]]:
+    """`listed` (the provider's series of one data class, by run and tag) with the series
+    of the points recovered in `found` (each run's damage): a listed series extended to their
+    last step and write; a series the provider does not list added when the recovered points
+    carry its wur metadata of this data class (`series_class`: `provider.ScalarTimeSeries` or
+    `TensorTimeSeries`)."""
+    data_class = (
+        summary_pb2.DATA_CLASS_SCALAR if series_class is provider.ScalarTimeSeries
+        else summary_pb2.DATA_CLASS_TENSOR
+    )
+    for run, run_damage in found.items():
+        if not run_damage.recovered:
+            continue
+        series = dict(listed.get(run, {}))
+        for tag, recovered in run_damage.recovered.items():
+            known = series.get(tag)
+            described = recovered.metadata
+            if known is None and (
+                described is None or described.data_class != data_class
+                or described.plugin_data.plugin_name != metadata.PLUGIN_NAME
+            ):
+                continue
+            series[tag] = series_class(
+                max_step=int(max(recovered.steps.max(), known.max_step if known else -2**63)),
+                max_wall_time=float(
+                    max(recovered.wall_times.max(), known.max_wall_time if known else -math.inf)
+                ),
+                plugin_content=known.plugin_content if known else described.plugin_data.content,
+                description=known.description if known else described.summary_description,
+                display_name=known.display_name if known else described.display_name,
+            )
+        listed[run] = series
+    return listed
+
+
+def _without(columns, untrusted: frozenset[tuple[int, float]]):
+    """`columns` (scalar or tensor columns) without the points whose (step, wall time) is
+    one of `untrusted`."""
+    steps, wall_times, values = columns
+    keep = np.array(
+        [(s, w) not in untrusted for s, w in zip(steps.tolist(), wall_times.tolist())], bool
+    )
+    if keep.all():
+        return columns
+    if isinstance(values, list):
+        return steps[keep], wall_times[keep], [v for v, k in zip(values, keep) if k]
+    return steps[keep], wall_times[keep], values[keep]
+
+
+def _recovered_scalars(recovered: damage.RecoveredSeries) -> point_columns.PointColumns:
+    """The recovered points of a scalar series as columns (a value that is not one number:
+    not a scalar's point, left out)."""
+    scalar = np.array([v.size == 1 for v in recovered.values], bool)
+    values = np.array([v.item() for v in recovered.values if v.size == 1], np.float64)
+    return recovered.steps[scalar], recovered.wall_times[scalar], values
+
+
+def _recovered_tensors(recovered: damage.RecoveredSeries) -> point_columns.TensorColumns:
+    return recovered.steps, recovered.wall_times, list(recovered.values)
+
+
+def _joined(provided, recovered, limit: int):
+    """A series' points from the provider (columns, or None) and recovered after unreadable
+    stretches (columns of the same kind), as one: a recovered point the provider has too
+    (same step and wall time) once, all in the order written (by wall time, each part's
+    points in their order), evenly downsampled to `limit` (the last point kept) when more."""
+    steps, wall_times, values = recovered
+    if provided is not None and len(provided[0]):
+        have = set(zip(provided[0].tolist(), provided[1].tolist()))
+        new = np.array([(s, w) not in have for s, w in zip(steps.tolist(), wall_times.tolist())], bool)
+        steps = np.concatenate([provided[0], steps[new]])
+        wall_times = np.concatenate([provided[1], wall_times[new]])
+        if isinstance(values, list):
+            values = list(provided[2]) + [v for v, keep in zip(values, new) if keep]
+        else:
+            values = np.concatenate([provided[2], values[new]])
+    order = np.argsort(wall_times, kind="stable")
+    if len(order) > limit:
+        order = order[np.unique(np.linspace(0, len(order) - 1, limit).round().astype(np.int64))]
+    if isinstance(values, list):
+        return steps[order], wall_times[order], [values[i] for i in order]
+    return steps[order], wall_times[order], values[order]
 
 
 def _merged(parts: list[point_columns.PointColumns]) -> point_columns.PointColumns:

@@ -17,7 +17,7 @@ from tensorboard.backend import json_util
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.judgement import judge
-from tb_wur_plugin.read import compare, export, heatmap, run_data, run_listing, suggest
+from tb_wur_plugin.read import compare, damage, export, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin.read.argument_values import shown
 from tb_wur_plugin.read.lru_cache import LruCache
 from tb_wur_plugin.web import heatmap_wire
@@ -46,7 +46,9 @@ class Answers:
         self._heatmaps: LruCache[bytes] = LruCache(max_entries=_KEPT_HEATMAPS)
 
     def runs_impl(self, ctx: tb_context.RequestContext, experiment: str) -> dict:
-        """Every run with wur data: its layers in model order, and which series it has.
+        """Every run with wur data: its layers in model order, which series it has, and its
+        damaged event files (`damaged`: the unreadable stretches of its files, [] when all
+        are whole; None when the logdir's files are not scanned).
 
         Answers from each run's step index (cached); a run whose index is not current has
         its matrix read, and cached for the heatmap that usually follows.
@@ -85,6 +87,7 @@ class Answers:
                     "skipped_steps": len(index.skipped_at),
                     "skipped_at": index.skipped_at.tolist(),
                     "metrics": list(listing.metrics),
+                    "damaged": _damaged(self._data.damage(experiment, run)),
                 }
             )
             metrics.update(listing.metrics)
@@ -394,6 +397,11 @@ class Answers:
         _, _, listings = self._data.listings(ctx, experiment, runs, metric)
         empty = run_listing.RunListing({}, None, metric=metric)
         return [run_listing.with_ratios(listings.get(run, empty), run, metric) for run in runs]
+
+
+def _damaged(run_damage: damage.RunDamage | None) -> list[dict] | None:
+    """A run's unreadable stretches as /runs answers them (http_api.md)."""
+    return None if run_damage is None else [s.as_json() for s in run_damage.stretches]
 
 
 def _by_step(points: list) -> list:
