@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import event_pb2
 
+import suite_paths
 from backend import Backend
 from tb_server import TensorBoardServer
 from tb_wur_plugin import cli, metadata, read_ratios
@@ -451,7 +452,6 @@ def test_the_tab_shows_the_notice(tmp_path):
     """The tab (headless Chromium, the fast loader) shows each damaged run's stretches on its
     heatmap block, in the report's words, a file name as text, and nothing on a whole run."""
     node, chromium = shutil.which("node"), "/usr/bin/chromium"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     assert node and os.path.exists(chromium), "Node.js and chromium: scripts/frontend.sh"
     logdir = tmp_path / "logs"
     _write(logdir / "whole")
@@ -472,7 +472,7 @@ def test_the_tab_shows_the_notice(tmp_path):
         config.write_text(json.dumps({"url": server.url, "label": "damage", "damaged": damaged,
                                       "whole": ["whole"]}))
         result = subprocess.run(
-            [node, os.path.join(root, "tests", "browser", "wur_damage.mjs"), str(config)],
+            [node, os.path.join(suite_paths.ROOT, "tests", "browser", "wur_damage.mjs"), str(config)],
             capture_output=True, text=True, timeout=150,
         )
     assert result.returncode == 0, result.stdout + result.stderr
