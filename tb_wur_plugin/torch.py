@@ -36,8 +36,9 @@ from tb_wur_plugin.event_write import (
     LoggedStepWriter,
     SummaryWriter,
     TrainingJudgement,
-    check_stop_on,
+    changed_settings,
     check_target,
+    judgement_settings,
     open_target,
     run_claims,
     run_dir_of,
@@ -208,12 +209,9 @@ def watch(
             raise ValueError(f"first_step must be >= 0, got {first_step}")
         first_step = int(first_step)
     check_target(log_dir_or_writer)
-    judgement_settings = dict(on_flag=on_flag, stop_on=check_stop_on(stop_on),
-                              patience=patience, low=low, high=high)
-    judgement = TrainingJudgement(**judgement_settings)  # checks them
+    settings = judgement_settings(on_flag, stop_on, patience, low, high)
     if isinstance(log_dir_or_writer, SummaryWriter):
-        _check_writer_judges(judgement_settings)
-        judgement = log_dir_or_writer.judgement
+        _check_writer_judges(settings)
     explicit = first_step is not None
     if first_step is None:
         first_step = 0
@@ -238,12 +236,14 @@ def watch(
                for i, o in enumerate(optimizers)]
     shared = distributed and not sharded  # rank 0's ratios reach the other ranks
     if _rank() != 0:  # judges what rank 0 writes, writes nothing
+        judgement = (log_dir_or_writer.judgement if isinstance(log_dir_or_writer, SummaryWriter)
+                     else TrainingJudgement(**settings))
         return WatchHandle(watched, model, LoggedStepWriter(None, judgement), False, every,
                            histograms, first_step, sharded, spectral, shared)
     entries = [e for w in watched for e in _entries_of(model, sharded, w)]  # tags valid
     run_dir = run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
-    writer, owned = open_target(log_dir_or_writer, **judgement_settings)
+    writer, owned = open_target(log_dir_or_writer, **settings)
     handle = WatchHandle(watched, model, LoggedStepWriter(writer), owned, every, histograms,
                          first_step, sharded, spectral, shared)
     try:
@@ -266,9 +266,7 @@ def _check_writer_judges(settings: dict[str, Any]) -> None:
     Raises:
       ValueError: a setting other than its default (the message names them).
     """
-    defaults = dict(on_flag=None, stop_on=frozenset(), patience=DEFAULT_PATIENCE, low=None,
-                    high=None)
-    given = [name for name, value in settings.items() if value != defaults[name]]
+    given = changed_settings(settings)
     if given:
         raise ValueError(
             f"watch: {', '.join(given)} given with a tb_wur_plugin SummaryWriter, which judges "
