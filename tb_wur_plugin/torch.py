@@ -15,7 +15,9 @@ so that a run resumed from a checkpoint continues its steps (a step the
 `torch.amp.GradScaler` skips is counted too, see `watch`). At the steps that are multiples of
 `every` the step pre-hook copies the parameters (on their device) and the post-hook
 writes ‖w_after − w_before‖₂ / ‖w_before‖₂ of each parameter of `model` that requires grad;
-on the other steps the hooks compare an integer and return. No TensorFlow is imported.
+on the other steps the hooks compare an integer and return. Each logged step is judged as it
+is written, as `tb-wur report` judges a run: `handle.flags`, and with `stop_on` a
+`handle.should_stop` for the loop to act on (`watch`). No TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -231,6 +233,7 @@ def watch(
             "DTensor): watch each optimizer into its own run directory"
         )
     if distributed:  # every rank counts the same steps (one collective, here only)
+        _entries_of(model, sharded, None)  # a reserved tag raises on every rank, before it
         first_step = shards.agreed_steps(first_step, explicit, every, _device_of(model))
     watched = [_Watched(o, i, len(optimizers), first_step, every)
                for i, o in enumerate(optimizers)]
@@ -627,10 +630,17 @@ class WatchHandle:
 # --- parameters ----------------------------------------------------------------------------
 
 
-def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched) -> list[Any]:
-    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters."""
+def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched | None) -> list[Any]:
+    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters
+    (`watched` None: all of them, untagged by optimizer).
+
+    Raises:
+      ValueError: a parameter's tag is in the plugin's reserved namespace.
+    """
     if sharded:  # one optimizer only (watch refuses several)
         return shards.pieces(model)
+    if watched is None:
+        return _parameters(model)
     return _parameters(model, watched.updates, watched.prefix)
 
 
