@@ -27,6 +27,16 @@ K, STEPS, EVERY = 20, 60, 2  # the defect's step, the run's steps, the logging i
 STREAK_FIRES_AT = K + (DEFAULT_PATIENCE - 1) * EVERY  # the step completing the streak
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: PyTorch's spinning threads make these small steps many times
+    slower on a machine whose cores other processes keep busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _mlp() -> torch.nn.Sequential:
     """Six tanh layers: six matrices and six biases, so that a layer has peers of its kind."""
     torch.manual_seed(0)

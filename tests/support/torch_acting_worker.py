@@ -92,6 +92,7 @@ def run_setting(setting: str, rank: int, logdir: str, out_dir: str) -> None:
 
 
 def train(rank: int, logdir: str, out_dir: str, settings: tuple[str, ...]) -> None:
+    torch.set_num_threads(1)  # two ranks on a few busy cores: no spinning thread pools
     dist.init_process_group(
         "gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}",
         rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60),
