@@ -15,14 +15,16 @@ so that a run resumed from a checkpoint continues its steps (a step the
 `torch.amp.GradScaler` skips is counted too, see `watch`). At the steps that are multiples of
 `every` the step pre-hook copies the parameters (on their device) and the post-hook
 writes ‖w_after − w_before‖₂ / ‖w_before‖₂ of each parameter of `model` that requires grad;
-on the other steps the hooks compare an integer and return. No TensorFlow is imported.
+on the other steps the hooks compare an integer and return. Each logged step is judged as it
+is written, as `tb-wur report` judges a run: `handle.flags`, and with `stop_on` a
+`handle.should_stop` for the loop to act on (`watch`). No TensorFlow is imported.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -34,13 +36,19 @@ from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
 from tb_wur_plugin.event_write import (
     LoggedStep,
     LoggedStepWriter,
+    SummaryWriter,
+    TrainingJudgement,
+    changed_settings,
     check_target,
+    judgement_settings,
     open_target,
     run_claims,
     run_dir_of,
     watch_arguments,
 )
-from tb_wur_plugin.torch_internals import grad_scaler, shards
+from tb_wur_plugin.judgement.online import Flag
+from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
+from tb_wur_plugin.torch_internals import grad_scaler, ranks, shards
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -53,6 +61,11 @@ def watch(
     histograms: bool = False,
     first_step: int | None = None,
     spectral: bool = False,
+    on_flag: Callable[[Flag], Any] | None = None,
+    stop_on: Iterable[str] = (),
+    patience: int = DEFAULT_PATIENCE,
+    low: float | None = None,
+    high: float | None = None,
 ) -> "WatchHandle":
     """Log the weight-update ratio of every parameter of `model` that requires grad, at
     every `every`-th `optimizer.step()` call, with no change to the training loop.
@@ -83,18 +96,36 @@ def watch(
     Fused optimizers (`fused=True`), which GradScaler always steps, skip the update
     themselves: their ratios are 0, and marked skipped, as any step that changes nothing.
 
-    Distributed: call `watch` on every rank with the same arguments; only rank 0 opens a
-    file and writes, and the ratios (and histograms) are those of the full parameters.
-    DistributedDataParallel: every rank holds the same weights, so rank 0 takes them from
-    its own copy and no collective is called. Sharded models (FSDP2 `fully_shard`, FSDP1
-    with either `use_orig_params`, DTensor tensor parallel, their combinations such as
-    FSDP x TP and HSDP): `watch` agrees on the first step over all ranks (one collective),
-    and each logged step every rank takes its counted shards' sums of squares (and
-    histogram counts), reduced in one `all_reduce` over all ranks; other steps call no
-    collective. Every rank must therefore step the same optimizer steps; a rank whose
-    GradScaler skips a logged step while another does not still joins that step's
-    `all_reduce` (its ΔW is 0), so the ranks never wait on each other. Tags drop FSDP1's
-    `_fsdp_wrapped_module.`, DDP's leading `module.` and `torch.compile`'s `_orig_mod.`.
+    Acting while training: every logged step is judged as it is written, with the report's
+    default judgement (`patience`; with `low`/`high` also the band rule), as `tb-wur report`
+    would judge the steps logged so far: each flag (`tb_wur_plugin.Flag`) fires once per
+    layer, reason and metric (the spectral ratios are judged too), at the logged step at
+    which the report would first give it, is logged once to the `logging` logger
+    `tb_wur_plugin` at WARNING ("WUR step S: TAG: TEXT"), passed to `on_flag`, and listed
+    in `handle.flags`; `handle.should_stop` becomes True once a flag whose reason is in
+    `stop_on` fires, for the loop to act on (`if handle.should_stop: break`). A
+    `tb_wur_plugin.writer.SummaryWriter` passed in judges with its own settings
+    (`SummaryWriter(..., on_flag=, stop_on=, patience=, low=, high=)`, its `flags` and
+    `should_stop` are the handle's): give them to the writer, not to `watch`.
+
+    Distributed: call `watch` on every rank with the same arguments; `watch` agrees on the
+    first step over all ranks (one collective); only rank 0 opens a file and writes, the
+    ratios (and histograms) are those of the full parameters, and every rank judges the
+    same ratios, so that every rank fires the same flags and sees `should_stop` at the
+    same logged step (a rank that stopped alone would leave the others waiting in their
+    next collective). DistributedDataParallel (every rank holds the same weights): rank 0
+    takes the ratios from its own copy, and each logged step one `all_reduce` of a few
+    numbers a parameter (on the parameters' device) brings them to the other ranks, which
+    copy no weights. Sharded models (FSDP2 `fully_shard`, FSDP1 with either
+    `use_orig_params`, DTensor tensor parallel, their combinations such as FSDP x TP and
+    HSDP): each logged step every rank takes its counted shards' sums of squares (and
+    histogram counts), reduced in one `all_reduce` over all ranks, and every rank takes the
+    ratios from the reduced norms. Other steps call no collective. Every rank must
+    therefore step the same optimizer steps (a logged step at which the ranks' counts
+    differ raises a `RuntimeError`); a rank whose GradScaler skips a logged step while
+    another does not still joins that step's `all_reduce` (its ΔW is 0), so the ranks never
+    wait on each other. Tags drop FSDP1's `_fsdp_wrapped_module.`, DDP's leading `module.`
+    and `torch.compile`'s `_orig_mod.`.
 
     Resuming: with `first_step=None` a run resumed from a checkpoint in a new process
     (`model.load_state_dict`, `optimizer.load_state_dict`, then `watch`) continues its
@@ -135,16 +166,29 @@ def watch(
         through their Gram matrices MᵀM, others through one more temporary copy),
         warm-started from the previous logged step's vectors, which the handle keeps.
         Not for sharded models.
+      on_flag: called with each `Flag` as it fires (after it is logged), on every rank;
+        None: the flags are only logged and listed.
+      stop_on: reasons (`tb_wur_plugin.judgement.reasons.NAMES`, e.g. {"nan",
+        "not_moving"}) whose first flag sets `handle.should_stop`; default none.
+      patience: judged steps in a row that make a streak flag (an int >= 1), as the
+        report's `--patience`.
+      low, high: an explicit band (the report's `--low`/`--high`): the band rule on top of
+        the default judgement; both None (default): the default judgement only.
 
     Returns:
       A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
       (flushes one passed in). Each logged step is flushed to the file when written.
+      `handle.flags` and `handle.should_stop` stay readable after `remove()`.
 
     Raises:
-      TypeError: an argument of the wrong type (`first_step`: not an int or None).
+      TypeError: an argument of the wrong type (`first_step`: not an int or None;
+        `on_flag` not callable; `stop_on` a single string or not strings).
       ValueError: `every` < 1, `first_step` < 0, a parameter's tag is in the plugin's
-        reserved namespace, no optimizer or one twice in the sequence, or a sharded model
-        (FSDP, DTensor) with `spectral=True` or with several optimizers.
+        reserved namespace, no optimizer or one twice in the sequence, a sharded model
+        (FSDP, DTensor) with `spectral=True` or with several optimizers, `stop_on` names an
+        unknown reason, `patience` < 1, a bad band, or a
+        `tb_wur_plugin.writer.SummaryWriter` passed in together with `on_flag`, `stop_on`,
+        `patience`, `low` or `high` other than their defaults (give them to the writer).
       RuntimeError: another active handle (or Keras `WeightUpdateRatioCallback`) of this
         process writes the same run directory.
 
@@ -167,12 +211,16 @@ def watch(
             raise ValueError(f"first_step must be >= 0, got {first_step}")
         first_step = int(first_step)
     check_target(log_dir_or_writer)
+    settings = judgement_settings(on_flag, stop_on, patience, low, high)
+    if isinstance(log_dir_or_writer, SummaryWriter):
+        _check_writer_judges(settings)
     explicit = first_step is not None
     if first_step is None:
         first_step = 0
         for o in optimizers:  # a loop: the warning's stacklevel counts no generator frame
             first_step += _restored_step(o, stacklevel=3)
-    sharded = _distributed() and shards.is_sharded(model)
+    distributed = _distributed()
+    sharded = distributed and shards.is_sharded(model)
     if sharded and spectral:
         raise ValueError(
             "watch(spectral=True) does not support sharded models (FSDP, DTensor): the "
@@ -184,19 +232,23 @@ def watch(
             "watch with several optimizers does not support sharded models (FSDP, "
             "DTensor): watch each optimizer into its own run directory"
         )
-    if sharded:  # every rank counts the same steps (one collective, here only)
+    if distributed:  # every rank counts the same steps (one collective, here only)
+        _entries_of(model, sharded, None)  # a reserved tag raises on every rank, before it
         first_step = shards.agreed_steps(first_step, explicit, every, _device_of(model))
     watched = [_Watched(o, i, len(optimizers), first_step, every)
                for i, o in enumerate(optimizers)]
-    if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
-        return WatchHandle(watched if sharded else [], model, None, False, every,
-                           histograms, first_step, sharded)
+    shared = distributed and not sharded  # rank 0's ratios reach the other ranks
+    if _rank() != 0:  # judges what rank 0 writes, writes nothing
+        judgement = (log_dir_or_writer.judgement if isinstance(log_dir_or_writer, SummaryWriter)
+                     else TrainingJudgement(**settings))
+        return WatchHandle(watched, model, LoggedStepWriter(None, judgement), False, every,
+                           histograms, first_step, sharded, spectral, shared)
     entries = [e for w in watched for e in _entries_of(model, sharded, w)]  # tags valid
     run_dir = run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
-    writer, owned = open_target(log_dir_or_writer)
-    handle = WatchHandle(watched, model, writer, owned, every, histograms, first_step,
-                         sharded, spectral)
+    writer, owned = open_target(log_dir_or_writer, **settings)
+    handle = WatchHandle(watched, model, LoggedStepWriter(writer), owned, every, histograms,
+                         first_step, sharded, spectral, shared)
     try:
         handle._claim = run_claims.claim(
             run_dir, handle, "tb_wur_plugin.torch.watch handle",
@@ -208,6 +260,22 @@ def watch(
     if not entries:
         handle._nothing_to_log(stacklevel=3)  # the caller's line
     return handle
+
+
+def _check_writer_judges(settings: dict[str, Any]) -> None:
+    """Raise unless the judgement settings given to `watch` with a `SummaryWriter` passed
+    in are the defaults: the writer judges with its own.
+
+    Raises:
+      ValueError: a setting other than its default (the message names them).
+    """
+    given = changed_settings(settings)
+    if given:
+        raise ValueError(
+            f"watch: {', '.join(given)} given with a tb_wur_plugin SummaryWriter, which judges "
+            "with its own settings: give them to the writer, SummaryWriter(logdir, "
+            f"{', '.join(f'{name}=...' for name in given)}), or pass a log directory to watch"
+        )
 
 
 class _Entry(NamedTuple):
@@ -243,18 +311,27 @@ class _Watched:
 class WatchHandle:
     """What `watch` returns: `remove()` stops logging and frees the run directory. Also a
     context manager (removed on exit). `steps` is the step of the next `optimizer.step()`
-    (of any of the optimizers): `first_step` plus the steps counted so far. Of a sharded
-    model, the handles of the ranks other than 0 take part in the logged steps' collective
-    and write nothing."""
+    (of any of the optimizers): `first_step` plus the steps counted so far. `flags` and
+    `should_stop`: the judgement while training (`watch`), alike on every rank. The
+    handles of the ranks other than 0 write nothing: of a sharded model they take part in
+    the logged steps' reduction of the norms, of an unsharded one they receive rank 0's
+    ratios; both judge them."""
 
-    def __init__(self, watched, model, writer, owns_writer, every, histograms,
-                 first_step=0, sharded=False, spectral=False):
+    def __init__(self, watched: list[_Watched], model: torch.nn.Module,
+                 step_writer: LoggedStepWriter, owns_writer: bool, every: int,
+                 histograms: bool, first_step: int = 0, sharded: bool = False,
+                 spectral: bool = False, shared: bool = False) -> None:
         self.steps = first_step
         self._sharded = sharded
         self._spectral = SpectralState() if spectral else None  # the warm-start vectors
         self._model = model
-        self._writer = writer
-        self._step_writer = None if writer is None else LoggedStepWriter(writer)
+        self._step_writer = step_writer
+        self._writer = step_writer.writer  # None on the ranks other than 0
+        # whether this rank computes the ratios: rank 0, and every rank of a sharded model
+        self._computes = self._writer is not None or sharded
+        # an unsharded distributed model: rank 0 shares its ratios with the other ranks
+        self._shared = shared
+        self._device = _device_of(model)  # where that collective runs
         self._owns_writer = owns_writer
         self._every = every
         self._histograms = histograms
@@ -275,9 +352,19 @@ class WatchHandle:
 
     @property
     def active(self) -> bool:
-        """False once removed, and on ranks other than 0 unless the model is sharded (then
-        they take part in the logged steps)."""
+        """False once removed."""
         return bool(self._hooks)
+
+    @property
+    def flags(self) -> list[Flag]:
+        """Every flag fired so far, in order (`tb_wur_plugin.Flag`), the same on every rank."""
+        return self._step_writer.judgement.flags
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a flag whose reason is in `stop_on` has fired: at the same logged step
+        on every rank."""
+        return self._step_writer.judgement.should_stop
 
     def remove(self) -> None:
         """Stop logging (idempotent); close the writer `watch` opened, flush one passed in."""
@@ -289,7 +376,7 @@ class WatchHandle:
         for watched in self._watched:
             watched.pending = None
             grad_scaler.stop_notifying(watched.optimizer, self)
-        if self._writer is None:  # a sharded model's rank other than 0
+        if self._writer is None:  # a rank other than 0
             return
         try:
             if self._owns_writer:
@@ -352,6 +439,9 @@ class WatchHandle:
         if self._sharded:
             self._record_sharded(step, entries, None, learning_rate)
             return
+        if not self._computes:
+            self._write(self._received(step, entries))
+            return
         self._write(LoggedStep(
             step,
             entries,
@@ -380,6 +470,9 @@ class WatchHandle:
         if not entries:
             self._nothing_to_log()
             return
+        if not self._computes:  # receives rank 0's ratios after the update
+            watched.pending = _Pending(step, entries, [], None)
+            return
         with torch.no_grad():
             if self._sharded:  # copies of the parts this rank counts
                 live = _live(entries)
@@ -394,6 +487,9 @@ class WatchHandle:
         if self._sharded:
             self._record_sharded(pending.step, pending.entries, pending.before,
                                  pending.learning_rate)
+            return
+        if not self._computes:
+            self._write(self._received(pending.step, pending.entries))
             return
         entries, before = pending.entries, pending.before
         update_norms = np.zeros(len(entries))
@@ -438,8 +534,9 @@ class WatchHandle:
     def _record_sharded(self, step: int, entries: list[Any], before: list[Any] | None,
                         learning_rate: float | None) -> None:
         """A logged step of a sharded model, on every rank: the sums of squares of this
-        rank's counted parts, reduced over all ranks (`shards.reduce_norms`); rank 0
-        writes. `before` is None where this rank's GradScaler skipped the update (ΔW = 0)."""
+        rank's counted parts, reduced over all ranks (`shards.reduce_norms`); every rank
+        takes the ratios from them, rank 0 writes them, the others judge them. `before` is
+        None where this rank's GradScaler skipped the update (ΔW = 0)."""
         n = len(entries)
         device = entries[0].tensor.device
         weight_sums = torch.zeros(n, dtype=torch.float64, device=device)
@@ -479,8 +576,6 @@ class WatchHandle:
                                           counts, skipped, weight_of, update_of)
         if before is not None:
             before.clear()  # the copies are freed before the writing
-        if self._writer is None:
-            return
         if reduced.all_skipped:  # as a step every rank's GradScaler skipped, unsharded
             ratios = np.zeros(n)
         else:
@@ -491,18 +586,61 @@ class WatchHandle:
         ))
 
     def _write(self, logged: LoggedStep) -> None:
-        """Write a logged step (`LoggedStepWriter.write`) and flush it to the file."""
+        """Write a logged step (`LoggedStepWriter.write`) and flush it to the file; on the
+        ranks other than 0, judge it only. Of an unsharded distributed model, rank 0 first
+        shares it with the other ranks (`_received`)."""
+        if self._shared and self._computes:
+            self._share(logged)
         self._step_writer.write(logged)
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
+
+    # --- an unsharded distributed model: rank 0's ratios on every rank --------------------
+
+    def _matrices(self, layers: Sequence[Any]) -> list[int]:
+        """The indices of the layers whose spectral ratios a logged step holds."""
+        if self._spectral is None:
+            return []
+        return [i for i, layer in enumerate(layers) if len(layer.shape) >= 2]
+
+    def _share(self, logged: LoggedStep) -> None:
+        """Rank 0: its logged step's skipped-step marker, ratios and spectral ratios to the
+        other ranks, in the collective they wait in (`_received`)."""
+        n = len(logged.layers)
+        matrices = self._matrices(logged.layers)
+        values = np.empty(1 + n + len(matrices))
+        values[0] = float(logged.was_skipped)
+        values[1:1 + n] = np.asarray(logged.ratios, np.float64)
+        values[1 + n:] = [logged.spectral[i] for i in matrices]
+        ranks.share_from_rank_0(logged.step, values, values.size, self._device)
+
+    def _received(self, step: int, entries: list[_Entry]) -> LoggedStep:
+        """A rank other than 0 of an unsharded model: rank 0's logged step `step` of
+        `entries` (the same parameters as rank 0's), to judge."""
+        n = len(entries)
+        matrices = self._matrices(entries)
+        values = ranks.share_from_rank_0(step, None, 1 + n + len(matrices), self._device)
+        return LoggedStep(
+            step, entries, values[1:1 + n],
+            spectral={i: float(v) for i, v in zip(matrices, values[1 + n:])} or None,
+            skipped=bool(values[0]),
+        )
 
 
 # --- parameters ----------------------------------------------------------------------------
 
 
-def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched) -> list[Any]:
-    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters."""
+def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched | None) -> list[Any]:
+    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters
+    (`watched` None: all of them, untagged by optimizer).
+
+    Raises:
+      ValueError: a parameter's tag is in the plugin's reserved namespace.
+    """
     if sharded:  # one optimizer only (watch refuses several)
         return shards.pieces(model)
+    if watched is None:
+        return _parameters(model)
     return _parameters(model, watched.updates, watched.prefix)
 
 

@@ -61,6 +61,7 @@ COST = {  # seconds of the last full parallel run (at a load average of ~4)
     "tests/frameworks/test_keras_backends.py": 35,
     "tests/read/test_large_run_and_histogram_versions.py": 30,
     "tests/project/test_examples.py::test_keras_fit_example": 30,
+    "tests/frameworks/test_torch_acting_ranks.py": 40,
     "tests/frameworks/test_torch.py": 30,
     "tests/browser/test_frontend.py::test_keras_callback_run_in_chromium": 30,
     "tests/project/test_benchmarks_smoke.py::test_stacked_sums_benchmark_smoke": 27,

@@ -8,7 +8,8 @@ TensorFlow module.
   counts, learning rate, skipped) and `LoggedStepWriter`, the one entry through which every
   logged step of those faces is written.
 - `training_judgement`: `TrainingJudgement`, the judgement acting while training (each
-  logged step judged as written: flags logged, `on_flag`, `should_stop`), `check_stop_on`.
+  logged step judged as written: flags logged, `on_flag`, `should_stop`), `check_stop_on`,
+  `judgement_settings` (its arguments checked, for a face to pass on), `changed_settings`.
 - `watch_arguments`: `watch_arguments` (`every`, `histograms`, `spectral`, checked alike
   for every face), `positive_int`, `flag`.
 - `writer_targets`: a path, a `SummaryWriter` or a `torch.utils.tensorboard` writer as the
@@ -22,7 +23,12 @@ TensorFlow module.
 from tb_wur_plugin.event_write import event_file, run_claims
 from tb_wur_plugin.event_write.logged_step import Layer, LoggedLayer, LoggedStep, LoggedStepWriter
 from tb_wur_plugin.event_write.summary_writer import Counts, SummaryWriter, to_stored_scalar
-from tb_wur_plugin.event_write.training_judgement import TrainingJudgement, check_stop_on
+from tb_wur_plugin.event_write.training_judgement import (
+    TrainingJudgement,
+    changed_settings,
+    check_stop_on,
+    judgement_settings,
+)
 from tb_wur_plugin.event_write.watch_arguments import (
     WatchArguments,
     flag,
@@ -33,7 +39,7 @@ from tb_wur_plugin.event_write.writer_targets import check_target, open_target, 
 
 __all__ = [
     "SummaryWriter", "Counts", "to_stored_scalar",
-    "TrainingJudgement", "check_stop_on",
+    "TrainingJudgement", "check_stop_on", "judgement_settings", "changed_settings",
     "Layer", "LoggedLayer", "LoggedStep", "LoggedStepWriter",
     "WatchArguments", "watch_arguments", "positive_int", "flag",
     "check_target", "run_dir_of", "open_target",

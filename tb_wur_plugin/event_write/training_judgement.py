@@ -24,7 +24,8 @@ from tb_wur_plugin import metadata
 from tb_wur_plugin.judgement import online, reasons
 from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
 
-__all__ = ["TrainingJudgement", "check_stop_on", "LOGGER"]
+__all__ = ["TrainingJudgement", "check_stop_on", "judgement_settings", "changed_settings",
+           "LOGGER"]
 
 # The logger every fired flag is told through, once, at WARNING.
 LOGGER = logging.getLogger("tb_wur_plugin")
@@ -53,6 +54,32 @@ def check_stop_on(stop_on: Iterable[str]) -> frozenset[str]:
         raise ValueError(f"stop_on names unknown reasons {unknown}; the reasons are "
                          f"{', '.join(reasons.NAMES)}")
     return frozenset(names)
+
+
+def judgement_settings(
+    on_flag: Callable[[online.Flag], Any] | None = None,
+    stop_on: Iterable[str] = (),
+    patience: int = DEFAULT_PATIENCE,
+    low: float | None = None,
+    high: float | None = None,
+) -> dict[str, Any]:
+    """The settings of a `TrainingJudgement` (its arguments), checked, `stop_on` as a
+    frozenset: what a face that takes them passes on later (to the writer it opens, to the
+    handle of each fit), checked when the user gives them.
+
+    Raises:
+        TypeError, ValueError: as `TrainingJudgement`.
+    """
+    settings = dict(on_flag=on_flag, stop_on=check_stop_on(stop_on), patience=patience,
+                    low=low, high=high)
+    TrainingJudgement(**settings)  # checks the others
+    return settings
+
+
+def changed_settings(settings: dict[str, Any]) -> list[str]:
+    """The names of the settings (`judgement_settings`'s) that are not their defaults."""
+    defaults = judgement_settings()
+    return [name for name, value in settings.items() if value != defaults[name]]
 
 
 class TrainingJudgement:

@@ -1,7 +1,7 @@
 """The example scripts run and write what the README says they write: one per face (the
 Keras callback, `wur_summary.watch`, PyTorch `watch`, JAX/optax, `writer.SummaryWriter`
 alone, the Hugging Face and Lightning callbacks), each read back (examples/armijo_fit.py:
-tests/test_armijo.py)."""
+tests/test_armijo.py); a PyTorch run that stops itself at a flag."""
 
 import importlib.util
 import json
@@ -149,6 +149,26 @@ def test_torch_watch_example(tmp_path):
     events = read_events(str(tmp_path))
     assert [s for s, _, _ in events[metadata.LEARNING_RATE_TAG]] == [0, 10, 20]
     assert all(metadata.histogram_tag(tag) in events for tag in series)
+
+
+def test_torch_stop_on_flag_example_stops_itself_at_the_flag(tmp_path, capsys):
+    """The hidden layer's learning rate is 0 from step 60: its flags fire at step 80 (5
+    logged steps, every 5), printed as WARNING lines; the loop ends after that step; the
+    report of the logdir flags the same layers with the same reason and since, no other."""
+    _needs("torch", "sklearn")
+    output = _run("torch_stop_on_flag.py", "--logdir", str(tmp_path), tensorflow=False)
+    for tag in ("hidden/weight", "hidden/bias"):
+        assert (f"WARNING tb_wur_plugin: WUR step 80: {tag}: not moving: ratio 0 (did not "
+                "move) at 5 judged steps in a row from step 60") in output, output
+        assert f"  {tag}: not_moving since step 60" in output, output
+    assert "stopped after step 80 " in output, output
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path), "--format", "json", "--load_fast", "false"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert {layer["logged_steps"] for layer in run["layers"]} == {80 // 5 + 1}  # 0, 5, ..., 80
+    assert {layer["tag"]: (layer["reason"], layer["since"]) for layer in run["layers"]
+            if layer["flagged"]} == {"hidden/weight": ("not_moving", 60),
+                                     "hidden/bias": ("not_moving", 60)}
 
 
 def test_jax_optax_example(tmp_path):
