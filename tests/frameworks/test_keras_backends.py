@@ -1,7 +1,8 @@
 """WeightUpdateRatioCallback on Keras's JAX and PyTorch backends: a subprocess per backend
 (KERAS_BACKEND is fixed when keras is imported) fits a small model with a nested layer,
 histograms on, beside a numpy reference that copies the weights at batch begins only;
-the runs are read back through the plugin in both loaders of the real `tensorboard`."""
+the runs are read back through the plugin in both loaders of the real `tensorboard`. A
+second subprocess per backend fits with stop_on={"nan"} over a NaN batch."""
 
 from __future__ import annotations
 
@@ -144,10 +145,10 @@ def test_stop_on_ends_fit_after_the_nan_step_with_the_reports_flags(stopped, bac
     flags = result["flags"]
     assert result["on_flag"] == flags
     assert {(f["metric"], f["tag"]) for f in flags} == {
-        ("frobenius", "sequential/hidden/kernel"), ("frobenius", "sequential/hidden/bias"),
-        ("frobenius", "sequential/out/kernel"), ("frobenius", "sequential/out/bias"),
-        ("spectral", "sequential/hidden/kernel"), ("spectral", "sequential/out/kernel")}
+        ("frobenius", "net/hidden/kernel"), ("frobenius", "net/hidden/bias"),
+        ("frobenius", "net/out/kernel"), ("frobenius", "net/out/bias"),
+        ("spectral", "net/hidden/kernel"), ("spectral", "net/out/kernel")}
     assert {(f["reason"], f["since"], f["step"]) for f in flags} == {("nan", NAN_STEP, NAN_STEP)}
     assert fired(flags) == reported(logdir, "train", ("frobenius", "spectral"))
     assert len(result["told"]) == len(flags)
-    assert all(m.startswith(f"WUR step {NAN_STEP}: sequential/") for m in result["told"])
+    assert all(m.startswith(f"WUR step {NAN_STEP}: net/") for m in result["told"])

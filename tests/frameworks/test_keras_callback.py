@@ -530,7 +530,7 @@ def _dead_input_model_and_data(dead_from: int):
         keras.layers.Dense(8, activation="tanh", name="hidden"),
         keras.layers.Dense(8, activation="tanh", name="middle"),
         keras.layers.Dense(1, name="out"),
-    ])
+    ], name="dead_input")
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 4)).astype("float32")
@@ -561,13 +561,13 @@ def test_stop_on_ends_fit_after_the_fire_step_with_the_reports_flags(
     assert int(model.optimizer.iterations.numpy()) == steps_made
     assert seen == callback.flags
     assert [(f.tag, f.reason, f.since, f.step, f.metric) for f in callback.flags] == [
-        ("sequential/hidden/kernel", "not_moving", dead_from, fire_step, metric)
+        ("dead_input/hidden/kernel", "not_moving", dead_from, fire_step, metric)
         for metric in ("frobenius", "spectral")
     ]
     assert fired(callback.flags) == reported(logdir, "train", ("frobenius", "spectral"))
     told = [r.getMessage() for r in caplog.records if r.name == "tb_wur_plugin"]
     assert len(told) == 2 and all(
-        m.startswith(f"WUR step {fire_step}: sequential/hidden/kernel: not moving") for m in told)
+        m.startswith(f"WUR step {fire_step}: dead_input/hidden/kernel: not moving") for m in told)
     assert told[1].endswith("(spectral ratios)")
 
 
@@ -577,7 +577,7 @@ def test_without_stop_on_the_flags_fire_and_fit_runs_to_its_end(logdir):
     model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False, callbacks=[callback])
     assert int(model.optimizer.iterations.numpy()) == 32
     assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
-        ("sequential/hidden/kernel", "not_moving", 6, 10)]
+        ("dead_input/hidden/kernel", "not_moving", 6, 10)]
     # a second fit judges its own logged steps from the first
     model.fit(x[:8], y[:8], batch_size=4, epochs=1, verbose=0, callbacks=[callback])
     assert callback.flags == []

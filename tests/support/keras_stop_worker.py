@@ -43,7 +43,7 @@ def main() -> None:
         keras.Input((4,)),
         keras.layers.Dense(6, activation="tanh", name="hidden", kernel_initializer=_seeded(1)),
         keras.layers.Dense(1, name="out", kernel_initializer=_seeded(2)),
-    ])
+    ], name="net")
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 4)).astype("float32")  # 8 batches of 4
