@@ -17,10 +17,15 @@ the first event of it in the file only), the learning rate as a float32 scalar.
 - `Counts`: histogram counts already bucketed, to pass to `add_histograms` in place of raw
   ratios.
 - `to_stored_scalar`: a value as the float32 the protocol stores.
+- `TrainingJudgement`: the judgement while training that every `SummaryWriter` applies to
+  what it writes (`writer.judgement`), to make for a process that writes nothing (e.g. the
+  processes other than 0 of a multi-process JAX run: `log_update_ratios(None, ...,
+  judgement=TrainingJudgement(stop_on={"nan"}))`), so that it fires the same flags.
 
 The implementation is the TensorFlow-free write path, `tb_wur_plugin.event_write`.
 """
 
 from tb_wur_plugin.event_write.summary_writer import Counts, SummaryWriter, to_stored_scalar
+from tb_wur_plugin.event_write.training_judgement import TrainingJudgement
 
-__all__ = ["SummaryWriter", "Counts", "to_stored_scalar"]
+__all__ = ["SummaryWriter", "Counts", "to_stored_scalar", "TrainingJudgement"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import keras
 import numpy as np
@@ -29,14 +29,15 @@ class Logger:
     """Writes the callback's logged steps into `log_dir/train` with a `SummaryWriter`; with
     `spectral`, also the spectral ratios of the variables of two or more dimensions,
     warm-started from the vectors this logger kept at its previous logged step (one logger
-    per `fit`: each `fit` starts cold)."""
+    per `fit`: each `fit` starts cold). The writer, made with `judging`'s settings, judges
+    each logged step as it writes it (`judgement`)."""
 
     active = True
     step_log = None  # the line search is TensorFlow's
 
     def __init__(
         self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool,
-        spectral: bool = False,
+        spectral: bool, judging: Mapping[str, Any],
     ):
         self._backend = keras.backend.backend()
         if self._backend not in ("jax", "torch"):
@@ -48,8 +49,9 @@ class Logger:
         self._spectral = SpectralState() if spectral else None
         self._flush_seconds = None if flush_millis is None else flush_millis / 1000
         self._last_flush = time.monotonic()
-        self._writer = SummaryWriter(os.path.join(log_dir, "train"))
+        self._writer = SummaryWriter(os.path.join(log_dir, "train"), **judging)
         self._step_writer = LoggedStepWriter(self._writer)
+        self.judgement = self._writer.judgement
 
     @staticmethod
     def watched(model: Any) -> list[Watched]:

@@ -2,7 +2,8 @@
 params sharded over the four devices; every process calls log_update_ratios on the same
 steps, process 0 with its writer, process 1 with writer=None. One event file; the ratios
 (and spectral ratios) are those of the gathered full arrays, read back through the real
-TensorBoard in both loaders."""
+TensorBoard in both loaders. Judged while training with stop_on (process 1 with its own
+TrainingJudgement), both processes fire the flags of the report and stop at the same step."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ pytest.importorskip("optax")
 
 from framework_servers import both_loaders  # noqa: E402
 from suite_paths import ROOT, SUPPORT  # noqa: E402
+from training_flags import fired, reported  # noqa: E402
 
 STEPS = 4
+NAN_STEP = 2  # the batch of this step is NaN in the run judged while training
 
 
 def _free_port() -> int:
@@ -29,14 +32,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_two(logdir: str, spectral: bool, out: str) -> None:
+def _run_two(logdir: str, spectral: bool, out: str, nan_step: int | None = None) -> None:
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT, os.environ.get("PYTHONPATH", "")]))
+    extra = [] if nan_step is None else [str(nan_step)]
     procs = [
         subprocess.Popen(
             [sys.executable, os.path.join(SUPPORT, "jax_multiprocess_worker.py"), str(pid),
-             str(port), logdir, str(STEPS), "1" if spectral else "0", out],
+             str(port), logdir, str(STEPS), "1" if spectral else "0", out, *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for pid in range(2)
     ]
@@ -80,3 +84,26 @@ def test_two_processes_write_one_event_file(tmp_path, spectral):
                     for step, value in want[tag].items():
                         assert got[tag][step] == pytest.approx(value, rel=rtol), (
                             metric, tag, step)
+
+
+def test_every_process_fires_the_same_flags_and_stops_at_the_same_step(tmp_path):
+    """A NaN batch at NAN_STEP: process 0 judges through its writer, process 1 through its
+    own TrainingJudgement, both with stop_on={"nan"}; both leave the loop at NAN_STEP (one
+    that stopped alone would hang the other), with the flags the report gives the run."""
+    logdir = tmp_path / "logs"
+    run = logdir / "run"
+    run.mkdir(parents=True)
+    out = str(tmp_path / "stop.json")
+    _run_two(str(run), True, out, nan_step=NAN_STEP)
+    results = []
+    for pid in range(2):
+        with open(f"{out}.{pid}") as f:
+            results.append(json.load(f))
+    assert results[0] == results[1]
+    assert results[0]["stopped_at"] == NAN_STEP
+    flags = results[0]["flags"]
+    # the NaN batch reaches the dense layer; the conv kernel's loss term reads no batch
+    assert {(f["metric"], f["tag"]) for f in flags} == {
+        ("frobenius", "dense/bias"), ("frobenius", "dense/kernel"), ("spectral", "dense/kernel")}
+    assert {(f["reason"], f["since"], f["step"]) for f in flags} == {("nan", NAN_STEP, NAN_STEP)}
+    assert fired(flags) == reported(str(logdir), "run", ("frobenius", "spectral"))
