@@ -46,7 +46,8 @@ COST = {  # seconds of the last full parallel run (at a load average of ~4)
     "tests/write/test_ratios.py": 130,
     "tests/web/test_server_robustness.py": 130,
     "tests/frameworks/test_distribute.py": 105,
-    "tests/frameworks/test_keras_callback.py": 85,
+    "tests/frameworks/test_keras_callback.py": 95,
+    "tests/frameworks/test_jax_multiprocess.py": 90,  # three pairs of processes
     "tests/armijo/test_armijo.py": 80,
     "tests/web/test_fuzz.py": 65,
     "tests/write/test_layouts.py": 60,
@@ -58,11 +59,12 @@ COST = {  # seconds of the last full parallel run (at a load average of ~4)
     "test_demo_flags_the_defect_and_nothing_else_on_a_quiet_console": 30,
     "tests/write/test_metadata_once_and_varint_histograms.py": 40,
     "tests/write/test_captured_changes.py": 35,
-    "tests/frameworks/test_keras_backends.py": 35,
+    "tests/frameworks/test_keras_backends.py": 60,  # two pairs of backend processes
     "tests/read/test_large_run_and_histogram_versions.py": 30,
     "tests/project/test_examples.py::test_keras_fit_example": 30,
     "tests/frameworks/test_torch_acting_ranks.py": 40,
     "tests/frameworks/test_torch.py": 30,
+    "tests/frameworks/test_jax.py": 30,
     "tests/browser/test_frontend.py::test_keras_callback_run_in_chromium": 30,
     "tests/project/test_benchmarks_smoke.py::test_stacked_sums_benchmark_smoke": 27,
     "tests/project/test_examples.py::test_custom_loop_example_logs_every_nth_step": 25,
