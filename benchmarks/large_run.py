@@ -209,12 +209,12 @@ def profile(logdir: str, load_fast: bool, columns: int, top: int) -> None:
         ctx = tb_context.RequestContext()
         steps = [
             ("list_scalars", lambda: wur._data.list_scalars(ctx, "", ["run"])),
-            ("runs (cold)", lambda: wur.runs_impl(ctx, "")),
-            ("runs (warm)", lambda: wur.runs_impl(ctx, "")),
-            ("heatmap (warm)", lambda: wur.heatmap_impl(
+            ("runs (cold)", lambda: wur.answers.runs_impl(ctx, "")),
+            ("runs (warm)", lambda: wur.answers.runs_impl(ctx, "")),
+            ("heatmap (warm)", lambda: wur.answers.heatmap_impl(
                 ctx, "", ["run"], columns, None, None, "mean_log10")),
             ("export csv", lambda: sum(
-                len(c) for c in wur.export_impl(ctx, "", "run", "csv"))),
+                len(c) for c in wur.answers.export_impl(ctx, "", "run", "csv"))),
         ]
         for name, call in steps:
             profiler = cProfile.Profile()

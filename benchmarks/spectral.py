@@ -1,24 +1,38 @@
 """Spectral update ratios: what `spectral=True` adds to a logged training step, against the
-Frobenius ratios alone, on a stack of 12 transformer blocks (CPU, float32, Adam).
+Frobenius ratios alone, on a stack of 12 transformer blocks (CPU, float32, Adam), or on
+GPT-2 small (PyTorch, any device).
 
 Every variant runs in this one process, interleaved: each round times every variant of a
 framework (in a random order) over --steps training steps, the bare step twice (its second
 timing is the noise floor), and reports the median [min–max] over rounds of the per-round
-RATIO to the bare step, and of the spectral logged step to the Frobenius logged step.
+RATIO to the bare step, and of the spectral logged step to the Frobenius logged step. On a
+CUDA device each timing synchronizes the device before it starts and before it ends.
 
 Variants (per framework):
   bare                   a training step, nothing logged
   bare again             the same (the noise floor)
   frobenius: logged      every step logged (the ratios, no spectral)
+  frobenius: other step  a step that is not logged (every=10**9, after its logged step 0)
   spectral: logged       every step logged with spectral=True (warm-started after the first)
   spectral: other step   spectral=True, a step that is not logged
 
-Workload: 12 pre-norm transformer blocks, d_model 256, 4 heads, feed-forward 1024, a batch of
-8 sequences of 64 tokens (48 matrices of 256×256 to 256×1024 and their biases and norms).
+Workloads (--model):
+  blocks  12 pre-norm transformer blocks, d_model 256, 4 heads, feed-forward 1024, a batch of
+          8 sequences of 64 tokens (48 matrices of 256×256 to 256×1024 and their biases and
+          norms); PyTorch and JAX
+  gpt2    GPT-2 small (transformers' GPT2LMHeadModel: 12 layers, n_embd 768, 12 heads, vocab
+          50257; random initialisation, nothing downloaded), a batch of 8 sequences of 512
+          random tokens, the language-model loss; PyTorch only
+
+--check (PyTorch) also logs one step of a fresh copy of the workload with spectral=True,
+reads both metrics back (`tb_wur_plugin.read_ratios`) and prints their worst relative
+difference from a float64 reference of the same update taken by hand (‖ΔW‖₂/‖W‖₂ from the
+largest eigenvalue of the smaller Gram matrix).
 
   python benchmarks/spectral.py                  # the table of benchmarks/RESULTS.md
   python benchmarks/spectral.py --smoke          # tiny sizes, seconds
   python benchmarks/spectral.py --frameworks jax # one framework
+  python benchmarks/spectral.py --frameworks torch --model gpt2 --device cuda --check
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ import random
 import statistics
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -38,31 +52,67 @@ from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
 Variant = Callable[[], None]
 
 
-def sizes(smoke: bool) -> dict[str, int]:
+def sizes(smoke: bool, model: str) -> dict[str, int]:
+    if model == "gpt2":
+        if smoke:
+            return dict(layers=2, width=32, heads=2, vocab=64, batch=2, tokens=8)
+        return dict(layers=12, width=768, heads=12, vocab=50257, batch=8, tokens=512)
     if smoke:
         return dict(blocks=2, width=32, heads=2, hidden=64, batch=2, tokens=8)
     return dict(blocks=12, width=256, heads=4, hidden=1024, batch=8, tokens=64)
 
 
-def torch_variants(size: dict[str, int], logdir: str) -> dict[str, tuple[Variant, Variant, Variant]]:
-    """name -> (setup, step, teardown) for PyTorch `watch`."""
+def torch_workload(size: dict[str, int], device: str) -> tuple[Any, Any, Variant]:
+    """(model, Adam optimizer, one training step) of the workload `size` on `device`."""
     import torch
 
-    from tb_wur_plugin.torch import watch
-
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(
-        size["width"], size["heads"], size["hidden"], dropout=0.0, batch_first=True,
-        norm_first=True)
-    model = torch.nn.TransformerEncoder(layer, size["blocks"], enable_nested_tensor=False)
+    if "vocab" in size:  # GPT-2
+        import transformers
+
+        config = transformers.GPT2Config(
+            n_layer=size["layers"], n_embd=size["width"], n_head=size["heads"],
+            vocab_size=size["vocab"], n_positions=max(size["tokens"], 16),
+            bos_token_id=0, eos_token_id=0)
+        model = transformers.GPT2LMHeadModel(config).to(device)
+        tokens = torch.randint(0, size["vocab"], (size["batch"], size["tokens"]), device=device)
+        loss = lambda: model(input_ids=tokens, labels=tokens).loss  # noqa: E731
+    else:
+        layer = torch.nn.TransformerEncoderLayer(
+            size["width"], size["heads"], size["hidden"], dropout=0.0, batch_first=True,
+            norm_first=True)
+        model = torch.nn.TransformerEncoder(layer, size["blocks"],
+                                            enable_nested_tensor=False).to(device)
+        x = torch.randn(size["batch"], size["tokens"], size["width"], device=device)
+        loss = lambda: model(x).pow(2).mean()  # noqa: E731
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(size["batch"], size["tokens"], size["width"])
-    state: dict = {}
+    if torch.device(device).type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matrix products, as GPU training runs
 
     def step() -> None:
         optimizer.zero_grad()
-        model(x).pow(2).mean().backward()
+        loss().backward()
         optimizer.step()
+
+    return model, optimizer, step
+
+
+def torch_synchronize(device: str) -> Variant:
+    """A function that waits for the work queued on `device` (nothing to wait for on a CPU)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def torch_variants(size: dict[str, int], logdir: str,
+                   device: str) -> dict[str, tuple[Variant, Variant, Variant]]:
+    """name -> (setup, step, teardown) for PyTorch `watch`."""
+    from tb_wur_plugin.torch import watch
+
+    model, optimizer, step = torch_workload(size, device)
+    state: dict = {}
 
     def start(every: int, spectral: bool) -> Variant:
         def setup() -> None:
@@ -77,17 +127,62 @@ def torch_variants(size: dict[str, int], logdir: str) -> dict[str, tuple[Variant
         state["writer"].close()
 
     nothing: Variant = lambda: None
+    step()  # Adam's state, the kernels' first launches
     return {
         "bare": (nothing, step, nothing),
         "bare again": (nothing, step, nothing),
         "frobenius: logged": (start(1, False), step, stop),
+        "frobenius: other step": (start(10**9, False), step, stop),
         "spectral: logged": (start(1, True), step, stop),
         "spectral: other step": (start(10**9, True), step, stop),
     }
 
 
-def jax_variants(size: dict[str, int], logdir: str) -> dict[str, tuple[Variant, Variant, Variant]]:
-    """name -> (setup, step, teardown) for `tb_wur_plugin.jax.log_update_ratios`."""
+def torch_check(size: dict[str, int], logdir: str, device: str) -> None:
+    """Log one step of a fresh workload (after two unlogged ones: no zero bias left) with
+    spectral=True and print the worst relative difference of each metric read back from a
+    float64 reference of the same update."""
+    import torch
+
+    from tb_wur_plugin import read_ratios
+    from tb_wur_plugin.torch import watch
+
+    model, optimizer, step = torch_workload(size, device)
+    step()
+    step()
+    named = [(n.replace(".", "/"), p) for n, p in model.named_parameters()]
+    before = {tag: p.detach().double().clone() for tag, p in named}
+    handle = watch(optimizer, model, logdir, every=1, spectral=True)
+    step()
+    handle.remove()
+
+    def largest_singular_value(matrix: torch.Tensor) -> float:
+        gram = matrix.T @ matrix if matrix.shape[1] <= matrix.shape[0] else matrix @ matrix.T
+        return float(torch.linalg.eigvalsh(gram)[-1].clamp(min=0).sqrt())
+
+    want: dict[str, dict[str, float]] = {"frobenius": {}, "spectral": {}}
+    for tag, p in named:
+        w, update = before[tag], p.detach().double() - before[tag]
+        want["frobenius"][tag] = float(update.norm() / w.norm())
+        if w.dim() >= 2:
+            matrix = w.reshape(w.shape[0], -1)
+            want["spectral"][tag] = (largest_singular_value(update.reshape(matrix.shape))
+                                     / largest_singular_value(matrix))
+    for metric, reference in want.items():
+        frame = read_ratios(logdir, metric=metric, load_fast=False)
+        got = dict(zip(frame["tag"], frame["ratio"]))
+        if sorted(got) != sorted(reference):
+            raise AssertionError(f"{metric}: tags read back {sorted(got)} != {sorted(reference)}")
+        errors = [abs(got[t] - r) / abs(r) for t, r in reference.items()]
+        worst = max(range(len(errors)), key=errors.__getitem__)
+        print(f"  check {metric:<9}: {len(errors)} parameters, one logged step; worst relative "
+              f"difference from float64 {errors[worst]:.2e} ({list(reference)[worst]})")
+
+
+def jax_variants(size: dict[str, int], logdir: str,
+                 device: str) -> dict[str, tuple[Variant, Variant, Variant]]:
+    """name -> (setup, step, teardown) for `tb_wur_plugin.jax.log_update_ratios` on JAX's
+    default device (`device` is not used: `main` allows only "cpu" with JAX)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -170,6 +265,7 @@ def jax_variants(size: dict[str, int], logdir: str) -> dict[str, tuple[Variant, 
         "bare": (nothing, lambda: train(None), nothing),
         "bare again": (nothing, lambda: train(None), nothing),
         "frobenius: logged": (start(1, False), logged, stop),
+        "frobenius: other step": (start(10**9, False), logged, stop),
         "spectral: logged": (start(1, True), logged, stop),
         "spectral: other step": (start(10**9, True), logged, stop),
     }
@@ -178,12 +274,14 @@ def jax_variants(size: dict[str, int], logdir: str) -> dict[str, tuple[Variant, 
 FRAMEWORKS = {"torch": torch_variants, "jax": jax_variants}
 
 
-def timed(variant: tuple[Variant, Variant, Variant], steps: int) -> float:
+def timed(variant: tuple[Variant, Variant, Variant], steps: int, synchronize: Variant) -> float:
     setup, step, teardown = variant
     setup()
+    synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    synchronize()
     elapsed = (time.perf_counter() - start) / steps
     teardown()
     return elapsed
@@ -199,32 +297,42 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="steps per timing")
     parser.add_argument("--frameworks", nargs="+", choices=sorted(FRAMEWORKS),
                         default=sorted(FRAMEWORKS))
+    parser.add_argument("--model", choices=("blocks", "gpt2"), default="blocks",
+                        help="the workload (gpt2: PyTorch only)")
+    parser.add_argument("--device", default="cpu",
+                        help="PyTorch's device: cpu (default), cuda (JAX: cpu only)")
+    parser.add_argument("--check", action="store_true",
+                        help="PyTorch: also check one logged step against float64")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds")
     args = parser.parse_args()
+    if "jax" in args.frameworks and (args.model != "blocks" or args.device != "cpu"):
+        parser.error("JAX runs --model blocks on --device cpu only: pass --frameworks torch")
     rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
-    size = sizes(args.smoke)
-    print(f"workload: {size}; {rounds} rounds × {steps} steps per timing")
+    size = sizes(args.smoke, args.model)
+    print(f"workload: {args.model} {size}; {rounds} rounds × {steps} steps per timing")
     for framework in args.frameworks:
+        synchronize = torch_synchronize(args.device) if framework == "torch" else lambda: None
         with tempfile.TemporaryDirectory() as logdir:
-            variants = FRAMEWORKS[framework](size, logdir)
-            ratios: dict[str, list[float]] = {name: [] for name in variants}
-            spectral_to_frobenius: list[float] = []
-            bare_seconds: list[float] = []
+            variants = FRAMEWORKS[framework](size, logdir, args.device)
+            seconds: dict[str, list[float]] = {name: [] for name in variants}
             for _ in range(rounds):
                 order = list(variants)
                 random.shuffle(order)
-                seconds = {name: timed(variants[name], steps) for name in order}
-                bare_seconds.append(seconds["bare"])
-                for name in variants:
-                    ratios[name].append(seconds[name] / seconds["bare"])
-                spectral_to_frobenius.append(
-                    seconds["spectral: logged"] / seconds["frobenius: logged"])
-        print(f"\n{framework}: bare step {statistics.median(bare_seconds) * 1e3:.1f} ms "
-              "(median); ratio to the bare step, median [min–max] over rounds")
-        for name, values in ratios.items():
-            print(f"  {name:<22} {summary(values)}")
+                for name in order:
+                    seconds[name].append(timed(variants[name], steps, synchronize))
+        bare = seconds["bare"]
+        print(f"\n{framework} ({args.device}): bare step {statistics.median(bare) * 1e3:.1f} ms "
+              "(median); ratio to the bare step, median [min–max] over rounds; median ms")
+        for name, values in seconds.items():
+            print(f"  {name:<22} {summary([v / b for v, b in zip(values, bare)])}; "
+                  f"{statistics.median(values) * 1e3:.1f} ms")
+        spectral_to_frobenius = [s / f for s, f in zip(seconds["spectral: logged"],
+                                                       seconds["frobenius: logged"])]
         print(f"  {'spectral / frobenius':<22} {summary(spectral_to_frobenius)} "
               "(logged steps)")
+        if args.check and framework == "torch":
+            with tempfile.TemporaryDirectory() as logdir:
+                torch_check(size, logdir, args.device)
 
 
 if __name__ == "__main__":

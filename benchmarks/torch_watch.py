@@ -16,12 +16,17 @@ Variants:
   naive .item() loop   a clone per parameter before the step, then per parameter
                        ‖w − w_before‖.item() / ‖w_before‖.item()
 
-Workloads (CPU, float32, Adam):
+Workloads (float32, Adam; CPU unless --device names another):
   MLP   784-1024-1024-10 (6 parameters, 1.9 M weights)
   P200  100 stacked Linear(64, 64) (200 parameters, 0.4 M weights)
+  GPT2  GPT-2 small (transformers' GPT2LMHeadModel, 12 layers, n_embd 768, 12 heads, vocab
+        50257; random initialisation, nothing downloaded): 148 parameters, 124 M weights
+
+On a CUDA device each timing synchronizes the device before it starts and before it ends.
 
     python benchmarks/torch_watch.py            # the table of benchmarks/RESULTS.md
     python benchmarks/torch_watch.py --smoke    # tiny sizes, seconds
+    python benchmarks/torch_watch.py --device cuda --workloads GPT2
 """
 
 from __future__ import annotations
@@ -39,15 +44,25 @@ from tb_wur_plugin.torch import watch
 from tb_wur_plugin.writer import SummaryWriter
 
 
-def make_workload(name: str, smoke: bool) -> torch.nn.Module:
+def make_workload(name: str, smoke: bool, device: torch.device) -> torch.nn.Module:
+    """The workload `name`, on `device`, with a random gradient on every parameter."""
     torch.manual_seed(0)
-    if name == "MLP":
+    if name == "GPT2":
+        import transformers
+
+        config = (transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64,
+                                          n_positions=16, bos_token_id=0, eos_token_id=0)
+                  if smoke
+                  else transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12))
+        model = transformers.GPT2LMHeadModel(config)
+    elif name == "MLP":
         width = 64 if smoke else 1024
         model = torch.nn.Sequential(
             torch.nn.Linear(784, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
             torch.nn.ReLU(), torch.nn.Linear(width, 10))
     else:
         model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(10 if smoke else 100)])
+    model.to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     return model
@@ -99,8 +114,14 @@ def variants(model, optimizer, logdir):
     }
 
 
-def run(name: str, rounds: int, steps: int, smoke: bool) -> None:
-    model = make_workload(name, smoke)
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on `device` (a CUDA device; nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(name: str, rounds: int, steps: int, smoke: bool, device: torch.device) -> None:
+    model = make_workload(name, smoke, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     optimizer.step()  # Adam's state exists before any timing
     with tempfile.TemporaryDirectory() as logdir:
@@ -112,24 +133,26 @@ def run(name: str, rounds: int, steps: int, smoke: bool) -> None:
             for variant in order:
                 setup, step, teardown = table[variant]
                 setup()
+                synchronize(device)
                 start = time.perf_counter()
                 for _ in range(steps):
                     step()
+                synchronize(device)
                 times[variant].append((time.perf_counter() - start) / steps)
                 teardown()
     bare = times["bare"]
     n_params = sum(1 for _ in model.parameters())
     n_weights = sum(p.numel() for p in model.parameters())
-    print(f"{name}: {n_params} parameters, {n_weights / 1e6:.2f} M weights, Adam; "
+    print(f"{name} ({device}): {n_params} parameters, {n_weights / 1e6:.2f} M weights, Adam; "
           f"{rounds} rounds x {steps} steps; bare step {statistics.median(bare) * 1e3:.3f} ms "
           "(median)")
-    print(f"{'variant':<24} ratio to bare step: median [min-max]")
+    print(f"{'variant':<24} ratio to bare step: median [min-max]; median ms per step")
     for variant, values in times.items():
         if variant == "bare":
             continue
         ratios = [v / b for v, b in zip(values, bare)]
         print(f"{variant:<24} {statistics.median(ratios):.3f} "
-              f"[{min(ratios):.3f}-{max(ratios):.3f}]")
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]; {statistics.median(values) * 1e3:.3f} ms")
     print()
 
 
@@ -138,13 +161,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--device", default="cpu", help="a torch device: cpu (default), cuda")
+    parser.add_argument("--workloads", nargs="+", choices=("MLP", "P200", "GPT2"),
+                        default=["MLP", "P200"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     random.seed(0)
     rounds, steps = (2, 3) if args.smoke else (args.rounds, args.steps)
-    for name in ("MLP", "P200"):
-        run(name, rounds, steps, args.smoke)
+    for name in args.workloads:
+        run(name, rounds, steps, args.smoke, torch.device(args.device))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """The `tb-wur` command: `tb-wur report LOGDIR [...]` (docs/report.md).
 
-Exit status: 0; 1 with --fail-on-flags when a selected layer is flagged; 2 when the logdir is
-missing, holds no wur data, --run selects no run, or an argument is bad (a short reason on
-stderr, no traceback).
+Exit status: 0; 1 with --fail-on-flags when a selected layer is flagged or a selected run has
+a damaged event file, and with --fail-on-damage when a selected run has a damaged event file; 2
+when the logdir is missing, holds no wur data, --run selects no run, or an argument is bad (a
+short reason on stderr, no traceback). Each damaged event file of a selected run: one line on
+stderr, whatever the exit status.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import re
 import sys
 from typing import Any, Callable
 
-from tb_wur_plugin.read.settings import DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
-from tb_wur_plugin.read import argument_values, flags, suggest
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE
+from tb_wur_plugin.read.settings import DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read import argument_values, suggest
 
 EXIT_OK, EXIT_FLAGGED, EXIT_ERROR = 0, 1, 2
 
@@ -72,11 +76,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--high", type=_positive_float, default=None,
                    help="an explicit band's high edge: adds the band rule (above_band) "
                    f"(default with --low only: {DEFAULT_BAND[1]:g})")
-    p.add_argument("--patience", type=_positive_int, default=flags.DEFAULT_PATIENCE,
+    p.add_argument("--patience", type=_positive_int, default=DEFAULT_PATIENCE,
                    help="judged steps in a row that make a finding flag a layer")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on-flags", action="store_true",
-                   help="exit with status 1 when any selected layer is flagged")
+                   help="exit with status 1 when any selected layer is flagged, or any "
+                   "selected run has a damaged event file")
+    p.add_argument("--fail-on-damage", action="store_true",
+                   help="exit with status 1 when any selected run has a damaged event file "
+                   "(unreadable bytes, a last record cut short included)")
     p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), default=None,
                    help="rank the common layers of two runs by median |log10(A/B)|")
     p.add_argument("--target", type=_positive_float, default=suggest.DEFAULT_TARGET,
@@ -96,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # bad arguments: usage and reason on stderr, status 2
     try:
-        flags.band_of(args.low, args.high)
+        judge.band_of(args.low, args.high)
     except ValueError as e:
         print(f"tb-wur report: --{e}", file=sys.stderr)  # "--low (..) must be below high (..)"
         return EXIT_ERROR
@@ -112,15 +120,26 @@ def main(argv: list[str] | None = None) -> int:
                 logdir, args.run, settings, tuple(args.compare) if args.compare else None
             )
     except report.ReportError as e:
+        for line in e.damage_lines:
+            print(f"tb-wur report: {line}", file=sys.stderr)
         print(f"tb-wur report: {e}", file=sys.stderr)
         return EXIT_ERROR
+    damaged = report.damage_lines(answer)
+    for line in damaged:
+        print(f"tb-wur report: {line}", file=sys.stderr)
+    if report.unchecked(answer):
+        print(f"tb-wur report: {args.logdir} is not a local directory: its event files were "
+              "not checked for damage", file=sys.stderr)
+    sys.stderr.flush()
     if args.format == "json":
         sys.stdout.write(json.dumps(report.to_json(answer), allow_nan=False) + "\n")
     else:
         sys.stdout.write(report.to_text(answer, settings))
     sys.stdout.flush()
     flagged = any(l["flagged"] for r in answer["runs"] for l in r["layers"])
-    return EXIT_FLAGGED if args.fail_on_flags and flagged else EXIT_OK
+    if (args.fail_on_flags and flagged) or ((args.fail_on_flags or args.fail_on_damage) and damaged):
+        return EXIT_FLAGGED
+    return EXIT_OK
 
 
 def console_main() -> None:  # the console script

@@ -32,8 +32,14 @@ import numpy as np
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays import jax_math, jax_spectral
 from tb_wur_plugin.arrays.spectral import TRAILING_FAN_OUT, SpectralState
-from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.event_write import (
+    LoggedLayer,
+    LoggedStep,
+    LoggedStepWriter,
+    SummaryWriter,
+    TrainingJudgement,
+    watch_arguments,
+)
 
 __all__ = ["update_ratios", "log_update_ratios", "pytree_tags"]
 
@@ -79,6 +85,7 @@ def log_update_ratios(
     histograms: bool = False,
     learning_rate: Any = None,
     spectral: bool = False,
+    judgement: TrainingJudgement | None = None,
 ) -> bool:
     """Write `update_ratios(params, updates)` at `step` when `step` is a multiple of
     `every` (else return False at once), as `watch` writes ratios: same tags order (model
@@ -93,6 +100,14 @@ def log_update_ratios(
     of globally sharded arrays are collectives over all processes' devices); only process
     0 writes, so the run has one event file.
 
+    Acting while training: process 0's writer judges every step it writes
+    (`SummaryWriter(..., on_flag=, stop_on=, patience=, low=, high=)`: `writer.flags`,
+    `writer.should_stop`). A process that passes `writer=None` judges nothing unless given
+    `judgement`, a `tb_wur_plugin.writer.TrainingJudgement` made with the same settings:
+    it then judges the same ratios (those of the computation every process takes part in,
+    the same numbers on every process), so that every process fires the same flags and
+    reaches the same `judgement.should_stop` at the same step.
+
     Args:
       writer: a `tb_wur_plugin.writer.SummaryWriter` on process 0; None on the other
         processes of a multi-process run.
@@ -106,7 +121,11 @@ def log_update_ratios(
         (prod(kernel) · in, out) of a flax kernel (`metric="spectral"`, same step and
         skipped-step marker). Lanczos iterations on the leaves' device, warm-started from
         the vectors of the previous logged step, which are kept per `writer` (and tag):
-        one writer per run keeps them between calls; they go with the writer.
+        one writer per run keeps them between calls; they go with the writer (with
+        `writer=None`, with `judgement`).
+      judgement: with `writer=None`, the `TrainingJudgement` that judges this process's
+        logged steps (one per run, as the writer is); None: not judged. With a writer,
+        None or `writer.judgement` (the writer judges what it writes).
 
     Returns:
       True if written.
@@ -114,18 +133,30 @@ def log_update_ratios(
     Raises:
       ValueError: on a step to log, `params` has no floating-point leaf (as
         `SummaryWriter.add_ratios` refuses an empty mapping), or `params` and `updates` do
-        not have the same structure and shapes; `every` is not a positive int.
-      TypeError: `writer` is not a `SummaryWriter` (or None off process 0), or
-        `spectral` not a bool.
+        not have the same structure and shapes; `every` is below 1.
+      TypeError: `every` is not an int, `histograms` or `spectral` not a bool
+        (`event_write.watch_arguments`); `writer` is not a `SummaryWriter` (or None off
+        process 0).
       ValueError: process 0 passed `writer=None` (nothing would be written), or another
-        process passed a writer (a second event file for the run).
+        process passed a writer (a second event file for the run); a writer and a
+        `judgement` other than its own.
+      TypeError: `judgement` is not a `TrainingJudgement`.
+
+    Example (every process; process 0 writes, all stop alike):
+      >>> if jax.process_index() == 0:
+      ...     writer = SummaryWriter("logs/run1", stop_on={"nan"})
+      ...     judgement = writer.judgement
+      ... else:
+      ...     writer, judgement = None, TrainingJudgement(stop_on={"nan"})
+      >>> log_update_ratios(writer, params, updates, step, every=100, judgement=judgement)
+      >>> if judgement.should_stop:
+      ...     break
     """
     step = operator.index(step)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be a positive int, got {every!r}")
+    every, histograms, spectral = watch_arguments(every, histograms, spectral)
     if step % every:
         return False
-    _check_writer(writer)
+    _check_writer(writer, judgement)
     tags, (p_leaves, u_leaves), about = _flattened(params, updates)
     if not tags:  # a caller's mistake (say, an empty trainable subtree): no empty run
         raise ValueError(
@@ -133,57 +164,40 @@ def log_update_ratios(
             "out), so there is no ratio to log; pass the trainable parameters and their "
             "updates"
         )
-    if not isinstance(spectral, bool):
-        raise TypeError(f"spectral must be a bool, got {spectral!r}")
     ratios = jax_math.ratios(p_leaves, u_leaves)
-    skipped = bool(np.all(ratios == 0))
-    if writer is None:  # another process: its part of the computation is done
-        if spectral and _matrices(about):
-            _spectral_values(tags, p_leaves, u_leaves, about, _OTHER_PROCESS)
-        if histograms:
-            jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves))
-        return False
-    writer.add_ratios(
-        dict(zip(tags, map(float, ratios))),
-        step,
-        skipped=skipped,
-        descriptions={tag: ratio_description(tag, *info) for tag, info in zip(tags, about)},
-        shapes={tag: info[0] for tag, info in zip(tags, about)},
-    )
-    matrices = _matrices(about)
-    if spectral and matrices:
-        values = _spectral_values(tags, p_leaves, u_leaves, about, writer)
-        writer.add_ratios(
-            {tags[i]: float(r) for i, r in zip(matrices, values)},
-            step,
-            skipped=skipped,
-            descriptions={tags[i]: spectral_description(tags[i], *about[i]) for i in matrices},
-            shapes={tags[i]: about[i][0] for i in matrices},
-            metric=metadata.METRIC_SPECTRAL,
-        )
+    # the warm-start vectors' key: the run's writer, else its judgement, else the process's
+    key = writer if writer is not None else judgement if judgement is not None else _OTHER_PROCESS
+    spectral_ratios = None
+    if spectral:
+        matrices = _matrices(about)
+        values = _spectral_values(tags, p_leaves, u_leaves, about, key) if matrices else []
+        spectral_ratios = {i: float(r) for i, r in zip(matrices, values)}
+    counts = None
     if histograms:
         counts = np.asarray(jax.device_get(jax_math.histogram_counts(p_leaves, u_leaves)))
-        writer.add_histograms(
-            {tag: Counts(c) for tag, c in zip(tags, counts)},
-            step,
-            descriptions={
-                tag: histogram_description(tag, *info) for tag, info in zip(tags, about)
-            },
-        )
-    if learning_rate is not None:
-        writer.add_learning_rate(learning_rate, step)
-    return True
+    if writer is None and judgement is None:  # its part of the computation is done
+        return False
+    layers = [LoggedLayer(tag, shape, dtype) for tag, (shape, dtype) in zip(tags, about)]
+    steps = LoggedStepWriter(writer) if writer is not None else LoggedStepWriter(None, judgement)
+    steps.write(LoggedStep(
+        step, layers, ratios, spectral=spectral_ratios, histograms=counts,
+        learning_rate=learning_rate,
+    ))
+    return writer is not None
 
 
 class _OtherProcess:
-    """The key of the warm-start vectors of a process that does not write (weakly held
-    like a writer, so it lives as long as the module)."""
+    """The key of the warm-start vectors of a process that neither writes nor judges
+    (weakly held like a writer, so it lives as long as the module)."""
 
 
 _OTHER_PROCESS = _OtherProcess()
 
 
-def _check_writer(writer: SummaryWriter | None) -> None:
+def _check_writer(writer: SummaryWriter | None, judgement: TrainingJudgement | None) -> None:
+    if judgement is not None and not isinstance(judgement, TrainingJudgement):
+        raise TypeError(f"judgement must be a tb_wur_plugin.writer.TrainingJudgement or None, "
+                        f"got {type(judgement).__name__}")
     index = jax.process_index()
     if writer is None:
         if index == 0:
@@ -200,6 +214,10 @@ def _check_writer(writer: SummaryWriter | None) -> None:
             f"log_update_ratios: process {index} passed a writer; only process 0 writes "
             "(one event file per run), the other processes pass writer=None"
         )
+    if judgement is not None and judgement is not writer.judgement:
+        raise ValueError(
+            "log_update_ratios: the writer judges what it writes (SummaryWriter(..., "
+            "stop_on=...)); pass judgement= only with writer=None, or writer.judgement")
 
 
 def _matrices(about: list) -> list[int]:
@@ -231,8 +249,9 @@ def pytree_tags(tree: Any) -> list[str]:
 
 # --- internals --------------------------------------------------------------------------------
 
-# The warm-start vectors of `log_update_ratios(..., spectral=True)`, per writer (held weakly).
-_SPECTRAL_STATES: "weakref.WeakKeyDictionary[SummaryWriter | _OtherProcess, SpectralState]" = (
+# The warm-start vectors of `log_update_ratios(..., spectral=True)`, per writer (with
+# `writer=None`, per judgement, or the process's `_OTHER_PROCESS`), held weakly.
+_SPECTRAL_STATES: "weakref.WeakKeyDictionary[Any, SpectralState]" = (
     weakref.WeakKeyDictionary()
 )
 

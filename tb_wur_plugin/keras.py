@@ -11,10 +11,18 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from tb_wur_plugin.events import run_claims
 from tb_wur_plugin._optional import require
+from tb_wur_plugin.event_write import (
+    TrainingJudgement,
+    positive_int,
+    run_claims,
+    watch_arguments,
+)
+from tb_wur_plugin.judgement.online import Flag
+from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
 
 require("keras", "tensorflow", __name__)  # one line naming .[tensorflow] when missing
 
@@ -38,6 +46,19 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     frozen) logs no ratio, with a `UserWarning` (once per `fit`) rather than an empty run in
     silence. Under `MultiWorkerMirroredStrategy` only the chief writes. Each `fit` starts
     afresh.
+
+    Acting while training: each logged step is judged as it is written, by the judgement of
+    `tb-wur report` (with the same `patience`, `low` and `high`) on the steps logged so far
+    in this `fit`: each flag that fires (a `tb_wur_plugin.Flag`) is logged once through the
+    `logging` logger `tb_wur_plugin` at WARNING, passed to `on_flag` and listed in `flags`.
+    Once a flag whose reason is in `stop_on` fires, the callback sets
+    `model.stop_training = True`. The ratios of logged step S are read at the beginning of
+    the next batch (the callback has no batch-end hook, so that Keras keeps dispatching
+    batch ends asynchronously), so the flag fires there and `fit` ends at the end of that
+    batch, step S + 1 (S + 2 updates made in all); when step S is the last batch of an
+    epoch, its ratios are read at the epoch's end and `fit` ends there (S + 1 updates). Under
+    `MultiWorkerMirroredStrategy` every worker computes and judges the same ratios (only the
+    chief writes them), so every worker fires the same flags and stops at the same step.
 
     Resuming: steps are read from `optimizer.iterations`, so a `fit` resumed with the
     optimizer's state restored (`keras.models.load_model`, `model.load_weights` of a
@@ -72,11 +93,25 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
       spectral: also log, at the same steps, the spectral update ratio ‖ΔW‖₂ / ‖W‖₂
         (largest singular values) of each variable of two or more dimensions, viewed as
         the matrix (prod(kernel) · in, out); computed on the variables' device at logged
-        steps only, warm-started from the previous logged step (`docs/keras.md`).
+        steps only, warm-started from the previous logged step (`docs/keras.md`). They
+        are judged too (`Flag.metric == "spectral"`).
+      on_flag: called with each `Flag` as it fires, on the training thread, after it is
+        logged; its exceptions propagate out of `fit`. None: the flags are only logged.
+      stop_on: reasons (`tb_wur_plugin.judgement.reasons.NAMES`, e.g. `{"nan",
+        "not_moving"}`) whose first flag stops the `fit` (above). Default: none.
+      patience: judged steps in a row that make a streak flag (an int >= 1), as the
+        report's `--patience`.
+      low, high: an explicit band, as the report's `--low`/`--high`; both None (default):
+        the default judgement.
+
+    Attributes:
+      flags: every `Flag` fired so far in the current (or last) `fit`, in order.
 
     Raises:
-      TypeError: an argument has the wrong type.
-      ValueError: `update_freq` or `flush_millis` is below 1; at the start of `fit`, a
+      TypeError: an argument has the wrong type (`stop_on` a single string, `on_flag` not
+        callable).
+      ValueError: `update_freq`, `flush_millis` or `patience` is below 1, `stop_on` names
+        an unknown reason, or the band is not valid; at the start of `fit`, a
         model compiled with `steps_per_execution` other than 1, or a variable path in the
         plugin's reserved namespace (`_wur/`).
       RuntimeError: at the start of `fit`, another active `WeightUpdateRatioCallback` (in
@@ -103,6 +138,11 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         histograms: bool = False,
         flush_millis: int | None = None,
         spectral: bool = False,
+        on_flag: Callable[[Flag], Any] | None = None,
+        stop_on: Iterable[str] = (),
+        patience: int = DEFAULT_PATIENCE,
+        low: float | None = None,
+        high: float | None = None,
     ):
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
@@ -112,16 +152,17 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             raise TypeError(f"log_dir must be a str path, got bytes: {log_dir!r}")
         if not self.log_dir:
             raise ValueError("log_dir must not be empty")
-        self.update_freq = _positive_int(update_freq, "update_freq", "(optimizer steps)")
-        if not isinstance(histograms, bool):
-            raise TypeError(f"histograms must be a bool, got {histograms!r}")
-        self.histograms = histograms
-        if not isinstance(spectral, bool):
-            raise TypeError(f"spectral must be a bool, got {spectral!r}")
-        self.spectral = spectral
-        self.flush_millis = None if flush_millis is None else _positive_int(
-            flush_millis, "flush_millis", "(milliseconds) or None"
+        self.update_freq, self.histograms, self.spectral = watch_arguments(
+            update_freq, histograms, spectral,
+            every_name="update_freq", every_unit="(optimizer steps)",
         )
+        self.flush_millis = positive_int(
+            flush_millis, "flush_millis", "(milliseconds)", none_allowed=True
+        )
+        # the judgement's settings, checked here; each `fit`'s logger judges with its own
+        self._judgement = TrainingJudgement(on_flag, stop_on, patience, low, high)
+        self._judging = dict(on_flag=on_flag, stop_on=self._judgement.stop_on,
+                             patience=patience, low=low, high=high)
         self._logger = None
         self._logged_model = None
         self._claim = None  # `log_dir/train`'s key in `run_claims` during a fit
@@ -159,18 +200,19 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         backend = _backend()
         self._read = backend.read_step
         self._logger = backend.Logger(
-            self.model, self.log_dir, self.flush_millis, self.histograms, self.spectral
+            self.model, self.log_dir, self.flush_millis, self.histograms, self.spectral,
+            self._judging,
         )
+        self._judgement = self._logger.judgement
         self._logged_model = self.model
-        if not self._logger.active:
-            return
-        self._fit_frame = _fit_frame(self.model)
-        self._claim = run_claims.claim(
-            run_dir, self, "WeightUpdateRatioCallback",
-            "Give each WeightUpdateRatioCallback its own log_dir (one holds log_dir/train "
-            "until its fit ends)",
-            _fitting,
-        )
+        if self._logger.active:  # a worker other than the chief writes no file: no claim
+            self._fit_frame = _fit_frame(self.model)
+            self._claim = run_claims.claim(
+                run_dir, self, "WeightUpdateRatioCallback",
+                "Give each WeightUpdateRatioCallback its own log_dir (one holds log_dir/train "
+                "until its fit ends)",
+                _fitting,
+            )
         self._step_bound = self._read_step()
         self._next_logged = -(-self._step_bound // self.update_freq) * self.update_freq
         if self._logger.step_log is not None:
@@ -214,6 +256,11 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._logger.close()
         self._logger = None
         self._release()
+
+    @property
+    def flags(self) -> list[Flag]:
+        """Every flag fired so far in the current (or last) `fit`, in order."""
+        return self._judgement.flags
 
     def _release(self) -> None:
         run_claims.release(self._claim, self)
@@ -266,6 +313,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return
         self._logger.record(watched, before, step)
         self._next_logged = step + self.update_freq
+        if self._judgement.should_stop:
+            self.model.stop_training = True
 
     def _read_step(self) -> int:
         return self._read(self.model)
@@ -328,16 +377,6 @@ def _backend() -> Any:
     from tb_wur_plugin.keras_backends import array_backends
 
     return array_backends
-
-
-def _positive_int(value: Any, name: str, unit: str) -> int:
-    """`value` as an int >= 1: TypeError if it is not an int (bools are not), ValueError if
-    it is below 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= 1 {unit}, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1 {unit}, got {value}")
-    return int(value)
 
 
 def _loss_scale(optimizer: Any) -> float | None:

@@ -89,6 +89,7 @@ import json
 import re
 from typing import Any, Iterable, Sequence
 
+import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import summary_pb2
 
@@ -580,6 +581,24 @@ def packed_layers(content: dict[str, Any]) -> list[PackedLayer]:
     ]
 
 
+def step_was_skipped(ratios: Any, reduce_all: Any = np.all, equal: Any = np.equal) -> Any:
+    """The skipped-step rule: a logged step whose ratios are all 0 (no watched variable
+    changed) was skipped by the optimizer, and its skipped-step marker (``skipped_step``, the
+    last value of each packed ratios chunk) is 1; the ratios are written as they are (all 0).
+    Every writer that decides the marker from the ratios decides it here.
+
+    Args:
+      ratios: the step's ratios, one per layer (an array of any array library).
+      reduce_all, equal: that library's `all` and elementwise `equal` (default numpy's;
+        TensorFlow's `tf.reduce_all` and `tf.math.equal` in a graph).
+
+    Returns:
+      `reduce_all(equal(ratios, 0))`: with numpy a numpy bool; in TensorFlow a boolean
+      tensor.
+    """
+    return reduce_all(equal(ratios, 0))
+
+
 def encode_packed_ratios(ratios: Any, skipped: bool) -> bytes:
     """The stored value of one step of a ``packed_ratios`` (or ``packed_spectral``) series:
     `ratios` (float32, one
@@ -684,3 +703,23 @@ LINE_SEARCH_METADATAS = [
     create_summary_metadata(KIND_LINE_SEARCH, _LINE_SEARCH_DESCRIPTIONS[series], series=series)
     for series in LINE_SEARCH_SERIES
 ]
+
+
+# --- event-file framing ---------------------------------------------------------------------
+# Event files are TFRecord streams: each record is its data's length (u64, little-endian), the
+# masked CRC-32C of those 8 bytes (u32), the data (a serialized `Event`), the masked CRC-32C of
+# the data (u32). Writers frame their events with it; readers check it (read/damage.py).
+RECORD_HEADER_BYTES = 12
+RECORD_FOOTER_BYTES = 4
+_CRC_MASK = 0xFFFFFFFF
+
+
+def crc32c(data: bytes) -> int:
+    """The CRC-32C (Castagnoli) of `data` (`google_crc32c`'s: Google's C library)."""
+    return google_crc32c.value(data)
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC-32C that TFRecord framing stores after a record's length and data."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & _CRC_MASK

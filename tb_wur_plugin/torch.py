@@ -15,26 +15,40 @@ so that a run resumed from a checkpoint continues its steps (a step the
 `torch.amp.GradScaler` skips is counted too, see `watch`). At the steps that are multiples of
 `every` the step pre-hook copies the parameters (on their device) and the post-hook
 writes ‖w_after − w_before‖₂ / ‖w_before‖₂ of each parameter of `model` that requires grad;
-on the other steps the hooks compare an integer and return. No TensorFlow is imported.
+on the other steps the hooks compare an integer and return. Each logged step is judged as it
+is written, as `tb-wur report` judges a run: `handle.flags`, and with `stop_on` a
+`handle.should_stop` for the loop to act on (`watch`). No TensorFlow is imported.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
-from tb_wur_plugin.arrays import torch_math, torch_shards, torch_spectral
-from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
+from tb_wur_plugin.arrays import torch_math, torch_spectral
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
-from tb_wur_plugin.events import run_claims
-from tb_wur_plugin.metadata import histogram_description, ratio_description, spectral_description
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.arrays.spectral import LEADING_FAN_OUT, SpectralState
+from tb_wur_plugin.event_write import (
+    LoggedStep,
+    LoggedStepWriter,
+    SummaryWriter,
+    TrainingJudgement,
+    changed_settings,
+    check_target,
+    judgement_settings,
+    open_target,
+    run_claims,
+    run_dir_of,
+    watch_arguments,
+)
+from tb_wur_plugin.judgement.online import Flag
+from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
+from tb_wur_plugin.torch_internals import grad_scaler, ranks, shards
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -47,6 +61,11 @@ def watch(
     histograms: bool = False,
     first_step: int | None = None,
     spectral: bool = False,
+    on_flag: Callable[[Flag], Any] | None = None,
+    stop_on: Iterable[str] = (),
+    patience: int = DEFAULT_PATIENCE,
+    low: float | None = None,
+    high: float | None = None,
 ) -> "WatchHandle":
     """Log the weight-update ratio of every parameter of `model` that requires grad, at
     every `every`-th `optimizer.step()` call, with no change to the training loop.
@@ -77,18 +96,36 @@ def watch(
     Fused optimizers (`fused=True`), which GradScaler always steps, skip the update
     themselves: their ratios are 0, and marked skipped, as any step that changes nothing.
 
-    Distributed: call `watch` on every rank with the same arguments; only rank 0 opens a
-    file and writes, and the ratios (and histograms) are those of the full parameters.
-    DistributedDataParallel: every rank holds the same weights, so rank 0 takes them from
-    its own copy and no collective is called. Sharded models (FSDP2 `fully_shard`, FSDP1
-    with either `use_orig_params`, DTensor tensor parallel, their combinations such as
-    FSDP x TP and HSDP): `watch` agrees on the first step over all ranks (one collective),
-    and each logged step every rank takes its counted shards' sums of squares (and
-    histogram counts), reduced in one `all_reduce` over all ranks; other steps call no
-    collective. Every rank must therefore step the same optimizer steps; a rank whose
-    GradScaler skips a logged step while another does not still joins that step's
-    `all_reduce` (its ΔW is 0), so the ranks never wait on each other. Tags drop FSDP1's
-    `_fsdp_wrapped_module.`, DDP's leading `module.` and `torch.compile`'s `_orig_mod.`.
+    Acting while training: every logged step is judged as it is written, with the report's
+    default judgement (`patience`; with `low`/`high` also the band rule), as `tb-wur report`
+    would judge the steps logged so far: each flag (`tb_wur_plugin.Flag`) fires once per
+    layer, reason and metric (the spectral ratios are judged too), at the logged step at
+    which the report would first give it, is logged once to the `logging` logger
+    `tb_wur_plugin` at WARNING ("WUR step S: TAG: TEXT"), passed to `on_flag`, and listed
+    in `handle.flags`; `handle.should_stop` becomes True once a flag whose reason is in
+    `stop_on` fires, for the loop to act on (`if handle.should_stop: break`). A
+    `tb_wur_plugin.writer.SummaryWriter` passed in judges with its own settings
+    (`SummaryWriter(..., on_flag=, stop_on=, patience=, low=, high=)`, its `flags` and
+    `should_stop` are the handle's): give them to the writer, not to `watch`.
+
+    Distributed: call `watch` on every rank with the same arguments; `watch` agrees on the
+    first step over all ranks (one collective); only rank 0 opens a file and writes, the
+    ratios (and histograms) are those of the full parameters, and every rank judges the
+    same ratios, so that every rank fires the same flags and sees `should_stop` at the
+    same logged step (a rank that stopped alone would leave the others waiting in their
+    next collective). DistributedDataParallel (every rank holds the same weights): rank 0
+    takes the ratios from its own copy, and each logged step one `all_reduce` of a few
+    numbers a parameter (on the parameters' device) brings them to the other ranks, which
+    copy no weights. Sharded models (FSDP2 `fully_shard`, FSDP1 with either
+    `use_orig_params`, DTensor tensor parallel, their combinations such as FSDP x TP and
+    HSDP): each logged step every rank takes its counted shards' sums of squares (and
+    histogram counts), reduced in one `all_reduce` over all ranks, and every rank takes the
+    ratios from the reduced norms. Other steps call no collective. Every rank must
+    therefore step the same optimizer steps (a logged step at which the ranks' counts
+    differ raises a `RuntimeError`); a rank whose GradScaler skips a logged step while
+    another does not still joins that step's `all_reduce` (its ΔW is 0), so the ranks never
+    wait on each other. Tags drop FSDP1's `_fsdp_wrapped_module.`, DDP's leading `module.`
+    and `torch.compile`'s `_orig_mod.`.
 
     Resuming: with `first_step=None` a run resumed from a checkpoint in a new process
     (`model.load_state_dict`, `optimizer.load_state_dict`, then `watch`) continues its
@@ -129,16 +166,29 @@ def watch(
         through their Gram matrices MᵀM, others through one more temporary copy),
         warm-started from the previous logged step's vectors, which the handle keeps.
         Not for sharded models.
+      on_flag: called with each `Flag` as it fires (after it is logged), on every rank;
+        None: the flags are only logged and listed.
+      stop_on: reasons (`tb_wur_plugin.judgement.reasons.NAMES`, e.g. {"nan",
+        "not_moving"}) whose first flag sets `handle.should_stop`; default none.
+      patience: judged steps in a row that make a streak flag (an int >= 1), as the
+        report's `--patience`.
+      low, high: an explicit band (the report's `--low`/`--high`): the band rule on top of
+        the default judgement; both None (default): the default judgement only.
 
     Returns:
       A `WatchHandle`; `handle.remove()` stops logging and closes a writer `watch` opened
       (flushes one passed in). Each logged step is flushed to the file when written.
+      `handle.flags` and `handle.should_stop` stay readable after `remove()`.
 
     Raises:
-      TypeError: an argument of the wrong type (`first_step`: not an int or None).
+      TypeError: an argument of the wrong type (`first_step`: not an int or None;
+        `on_flag` not callable; `stop_on` a single string or not strings).
       ValueError: `every` < 1, `first_step` < 0, a parameter's tag is in the plugin's
-        reserved namespace, no optimizer or one twice in the sequence, or a sharded model
-        (FSDP, DTensor) with `spectral=True` or with several optimizers.
+        reserved namespace, no optimizer or one twice in the sequence, a sharded model
+        (FSDP, DTensor) with `spectral=True` or with several optimizers, `stop_on` names an
+        unknown reason, `patience` < 1, a bad band, or a
+        `tb_wur_plugin.writer.SummaryWriter` passed in together with `on_flag`, `stop_on`,
+        `patience`, `low` or `high` other than their defaults (give them to the writer).
       RuntimeError: another active handle (or Keras `WeightUpdateRatioCallback`) of this
         process writes the same run directory.
 
@@ -153,27 +203,24 @@ def watch(
     optimizers = _optimizers_of(optimizer)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(every, bool) or not isinstance(every, int):
-        raise TypeError(f"every must be an int, got {every!r}")
-    if every < 1:
-        raise ValueError(f"every must be at least 1, got {every}")
-    if not isinstance(histograms, bool):
-        raise TypeError(f"histograms must be a bool, got {histograms!r}")
-    if not isinstance(spectral, bool):
-        raise TypeError(f"spectral must be a bool, got {spectral!r}")
+    every, histograms, spectral = watch_arguments(every, histograms, spectral)
     if first_step is not None:
         if isinstance(first_step, bool) or not isinstance(first_step, (int, np.integer)):
             raise TypeError(f"first_step must be an int >= 0 or None, got {first_step!r}")
         if first_step < 0:
             raise ValueError(f"first_step must be >= 0, got {first_step}")
         first_step = int(first_step)
-    _check_writer_argument(log_dir_or_writer)
+    check_target(log_dir_or_writer)
+    settings = judgement_settings(on_flag, stop_on, patience, low, high)
+    if isinstance(log_dir_or_writer, SummaryWriter):
+        _check_writer_judges(settings)
     explicit = first_step is not None
     if first_step is None:
         first_step = 0
         for o in optimizers:  # a loop: the warning's stacklevel counts no generator frame
             first_step += _restored_step(o, stacklevel=3)
-    sharded = _distributed() and torch_shards.is_sharded(model)
+    distributed = _distributed()
+    sharded = distributed and shards.is_sharded(model)
     if sharded and spectral:
         raise ValueError(
             "watch(spectral=True) does not support sharded models (FSDP, DTensor): the "
@@ -185,19 +232,23 @@ def watch(
             "watch with several optimizers does not support sharded models (FSDP, "
             "DTensor): watch each optimizer into its own run directory"
         )
-    if sharded:  # every rank counts the same steps (one collective, here only)
-        first_step = torch_shards.agreed_steps(first_step, explicit, every, _device_of(model))
+    if distributed:  # every rank counts the same steps (one collective, here only)
+        _entries_of(model, sharded, None)  # a reserved tag raises on every rank, before it
+        first_step = shards.agreed_steps(first_step, explicit, every, _device_of(model))
     watched = [_Watched(o, i, len(optimizers), first_step, every)
                for i, o in enumerate(optimizers)]
-    if _rank() != 0:  # sharded: it takes part in the logged steps, writes nothing
-        return WatchHandle(watched if sharded else [], model, None, False, every,
-                           histograms, first_step, sharded)
+    shared = distributed and not sharded  # rank 0's ratios reach the other ranks
+    if _rank() != 0:  # judges what rank 0 writes, writes nothing
+        judgement = (log_dir_or_writer.judgement if isinstance(log_dir_or_writer, SummaryWriter)
+                     else TrainingJudgement(**settings))
+        return WatchHandle(watched, model, LoggedStepWriter(None, judgement), False, every,
+                           histograms, first_step, sharded, spectral, shared)
     entries = [e for w in watched for e in _entries_of(model, sharded, w)]  # tags valid
-    run_dir = _run_dir_of(log_dir_or_writer)
+    run_dir = run_dir_of(log_dir_or_writer)
     run_claims.check(run_dir)  # before a file is opened
-    writer, owned = _writer_of(log_dir_or_writer)
-    handle = WatchHandle(watched, model, writer, owned, every, histograms, first_step,
-                         sharded, spectral)
+    writer, owned = open_target(log_dir_or_writer, **settings)
+    handle = WatchHandle(watched, model, LoggedStepWriter(writer), owned, every, histograms,
+                         first_step, sharded, spectral, shared)
     try:
         handle._claim = run_claims.claim(
             run_dir, handle, "tb_wur_plugin.torch.watch handle",
@@ -211,6 +262,22 @@ def watch(
     return handle
 
 
+def _check_writer_judges(settings: dict[str, Any]) -> None:
+    """Raise unless the judgement settings given to `watch` with a `SummaryWriter` passed
+    in are the defaults: the writer judges with its own.
+
+    Raises:
+      ValueError: a setting other than its default (the message names them).
+    """
+    given = changed_settings(settings)
+    if given:
+        raise ValueError(
+            f"watch: {', '.join(given)} given with a tb_wur_plugin SummaryWriter, which judges "
+            "with its own settings: give them to the writer, SummaryWriter(logdir, "
+            f"{', '.join(f'{name}=...' for name in given)}), or pass a log directory to watch"
+        )
+
+
 class _Entry(NamedTuple):
     tag: str
     tensor: torch.Tensor  # detached
@@ -220,7 +287,7 @@ class _Entry(NamedTuple):
 
 class _Pending(NamedTuple):
     step: int
-    entries: list[Any]  # _Entry, or torch_shards.Piece when sharded
+    entries: list[Any]  # _Entry, or shards.Piece when sharded
     before: list[Any]  # copies in the work dtype (sharded: None for the parts not counted)
     learning_rate: float | None
 
@@ -244,17 +311,27 @@ class _Watched:
 class WatchHandle:
     """What `watch` returns: `remove()` stops logging and frees the run directory. Also a
     context manager (removed on exit). `steps` is the step of the next `optimizer.step()`
-    (of any of the optimizers): `first_step` plus the steps counted so far. Of a sharded
-    model, the handles of the ranks other than 0 take part in the logged steps' collective
-    and write nothing."""
+    (of any of the optimizers): `first_step` plus the steps counted so far. `flags` and
+    `should_stop`: the judgement while training (`watch`), alike on every rank. The
+    handles of the ranks other than 0 write nothing: of a sharded model they take part in
+    the logged steps' reduction of the norms, of an unsharded one they receive rank 0's
+    ratios; both judge them."""
 
-    def __init__(self, watched, model, writer, owns_writer, every, histograms,
-                 first_step=0, sharded=False, spectral=False):
+    def __init__(self, watched: list[_Watched], model: torch.nn.Module,
+                 step_writer: LoggedStepWriter, owns_writer: bool, every: int,
+                 histograms: bool, first_step: int = 0, sharded: bool = False,
+                 spectral: bool = False, shared: bool = False) -> None:
         self.steps = first_step
         self._sharded = sharded
         self._spectral = SpectralState() if spectral else None  # the warm-start vectors
         self._model = model
-        self._writer = writer
+        self._step_writer = step_writer
+        self._writer = step_writer.writer  # None on the ranks other than 0
+        # whether this rank computes the ratios: rank 0, and every rank of a sharded model
+        self._computes = self._writer is not None or sharded
+        # an unsharded distributed model: rank 0 shares its ratios with the other ranks
+        self._shared = shared
+        self._device = _device_of(model)  # where that collective runs
         self._owns_writer = owns_writer
         self._every = every
         self._histograms = histograms
@@ -269,13 +346,25 @@ class WatchHandle:
                 watched.optimizer.register_step_post_hook(
                     functools.partial(self._post_step, watched)),
             ]
-            _scaler_watch(watched.optimizer, self)
+            grad_scaler.notify_skipped_steps(
+                watched.optimizer, self, lambda: self.steps,
+                functools.partial(self._skipped_step, watched.optimizer))
 
     @property
     def active(self) -> bool:
-        """False once removed, and on ranks other than 0 unless the model is sharded (then
-        they take part in the logged steps)."""
+        """False once removed."""
         return bool(self._hooks)
+
+    @property
+    def flags(self) -> list[Flag]:
+        """Every flag fired so far, in order (`tb_wur_plugin.Flag`), the same on every rank."""
+        return self._step_writer.judgement.flags
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a flag whose reason is in `stop_on` has fired: at the same logged step
+        on every rank."""
+        return self._step_writer.judgement.should_stop
 
     def remove(self) -> None:
         """Stop logging (idempotent); close the writer `watch` opened, flush one passed in."""
@@ -286,8 +375,8 @@ class WatchHandle:
         self._hooks = []
         for watched in self._watched:
             watched.pending = None
-            _scaler_unwatch(watched.optimizer, self)
-        if self._writer is None:  # a sharded model's rank other than 0
+            grad_scaler.stop_notifying(watched.optimizer, self)
+        if self._writer is None:  # a rank other than 0
             return
         try:
             if self._owns_writer:
@@ -334,6 +423,8 @@ class WatchHandle:
 
     def _skipped_step(self, optimizer: torch.optim.Optimizer) -> None:
         """A `GradScaler.step(optimizer)` that did not call `optimizer.step()`."""
+        if not self.active:
+            return
         watched = next(w for w in self._watched if w.optimizer is optimizer)
         step = self.steps
         self.steps = step + 1
@@ -348,15 +439,19 @@ class WatchHandle:
         if self._sharded:
             self._record_sharded(step, entries, None, learning_rate)
             return
-        self._write(
+        if not self._computes:
+            self._write(self._received(step, entries))
+            return
+        self._write(LoggedStep(
             step,
             entries,
             np.zeros(len(entries)),
-            [_zero_counts(e.tensor.numel()) for e in entries] if self._histograms else None,
-            learning_rate,
             spectral=None if self._spectral is None else {
                 i: 0.0 for i, e in enumerate(entries) if len(e.shape) >= 2},
-        )
+            histograms=[_zero_counts(e.tensor.numel()) for e in entries]
+            if self._histograms else None,
+            learning_rate=learning_rate,
+        ))
 
     # --- a logged step -------------------------------------------------------------------
 
@@ -375,6 +470,9 @@ class WatchHandle:
         if not entries:
             self._nothing_to_log()
             return
+        if not self._computes:  # receives rank 0's ratios after the update
+            watched.pending = _Pending(step, entries, [], None)
+            return
         with torch.no_grad():
             if self._sharded:  # copies of the parts this rank counts
                 live = _live(entries)
@@ -389,6 +487,9 @@ class WatchHandle:
         if self._sharded:
             self._record_sharded(pending.step, pending.entries, pending.before,
                                  pending.learning_rate)
+            return
+        if not self._computes:
+            self._write(self._received(pending.step, pending.entries))
             return
         entries, before = pending.entries, pending.before
         update_norms = np.zeros(len(entries))
@@ -411,7 +512,7 @@ class WatchHandle:
                         matrices.append((i, olds[k] + news[k], olds[k]))
                 if self._histograms:
                     for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
-                        counts[i] = Counts(c)
+                        counts[i] = c
         spectral = None
         if matrices:
             with torch.no_grad():
@@ -421,20 +522,21 @@ class WatchHandle:
             spectral = {i: float(v) for (i, _, _), v in zip(matrices, values)}
             matrices.clear()
         before.clear()  # the copies are freed before the writing
-        self._write(
+        self._write(LoggedStep(
             pending.step,
             entries,
             ratios_from_norms(update_norms, weight_norms),
-            counts if self._histograms else None,
-            pending.learning_rate,
             spectral=spectral,
-        )
+            histograms=counts if self._histograms else None,
+            learning_rate=pending.learning_rate,
+        ))
 
     def _record_sharded(self, step: int, entries: list[Any], before: list[Any] | None,
                         learning_rate: float | None) -> None:
         """A logged step of a sharded model, on every rank: the sums of squares of this
-        rank's counted parts, reduced over all ranks (`torch_shards.reduce_norms`); rank 0
-        writes. `before` is None where this rank's GradScaler skipped the update (ΔW = 0)."""
+        rank's counted parts, reduced over all ranks (`shards.reduce_norms`); every rank
+        takes the ratios from them, rank 0 writes them, the others judge them. `before` is
+        None where this rank's GradScaler skipped the update (ΔW = 0)."""
         n = len(entries)
         device = entries[0].tensor.device
         weight_sums = torch.zeros(n, dtype=torch.float64, device=device)
@@ -470,64 +572,75 @@ class WatchHandle:
             def update_of(i: int) -> torch.Tensor:
                 return news[i][:0] if skipped or before[i] is None else before[i]
 
-            reduced = torch_shards.reduce_norms(step, entries, weight_sums, update_sums,
-                                                counts, skipped, weight_of, update_of)
+            reduced = shards.reduce_norms(step, entries, weight_sums, update_sums,
+                                          counts, skipped, weight_of, update_of)
         if before is not None:
             before.clear()  # the copies are freed before the writing
-        if self._writer is None:
-            return
         if reduced.all_skipped:  # as a step every rank's GradScaler skipped, unsharded
             ratios = np.zeros(n)
         else:
             ratios = ratios_from_norms(reduced.update_norms, reduced.weight_norms)
-        hists = None if reduced.counts is None else [Counts(c) for c in reduced.counts]
-        self._write(step, entries, ratios, hists, learning_rate,
-                    skipped=True if reduced.all_skipped else None)
+        self._write(LoggedStep(
+            step, entries, ratios, histograms=reduced.counts, learning_rate=learning_rate,
+            skipped=True if reduced.all_skipped else None,
+        ))
 
-    def _write(self, step, entries, ratios, counts, learning_rate, skipped=None,
-               spectral: dict[int, float] | None = None) -> None:
-        """Write a logged step: the ratios (and `spectral`, {entry index: spectral ratio},
-        where given and not empty, with the same skipped-step marker)."""
-        writer = self._writer
-        if skipped is None:  # the writer's rule: a step that changed nothing was skipped
-            skipped = bool(np.all(np.asarray(ratios) == 0))
-        writer.add_ratios(
-            {e.tag: float(r) for e, r in zip(entries, ratios)},
-            step,
-            skipped=skipped,
-            descriptions={e.tag: ratio_description(e.tag, e.shape, e.dtype) for e in entries},
-            shapes={e.tag: e.shape for e in entries},
+    def _write(self, logged: LoggedStep) -> None:
+        """Write a logged step (`LoggedStepWriter.write`) and flush it to the file; on the
+        ranks other than 0, judge it only. Of an unsharded distributed model, rank 0 first
+        shares it with the other ranks (`_received`)."""
+        if self._shared and self._computes:
+            self._share(logged)
+        self._step_writer.write(logged)
+        if self._writer is not None:
+            self._writer.flush()
+
+    # --- an unsharded distributed model: rank 0's ratios on every rank --------------------
+
+    def _matrices(self, layers: Sequence[Any]) -> list[int]:
+        """The indices of the layers whose spectral ratios a logged step holds."""
+        if self._spectral is None:
+            return []
+        return [i for i, layer in enumerate(layers) if len(layer.shape) >= 2]
+
+    def _share(self, logged: LoggedStep) -> None:
+        """Rank 0: its logged step's skipped-step marker, ratios and spectral ratios to the
+        other ranks, in the collective they wait in (`_received`)."""
+        n = len(logged.layers)
+        matrices = self._matrices(logged.layers)
+        values = np.empty(1 + n + len(matrices))
+        values[0] = float(logged.was_skipped)
+        values[1:1 + n] = np.asarray(logged.ratios, np.float64)
+        values[1 + n:] = [logged.spectral[i] for i in matrices]
+        ranks.share_from_rank_0(logged.step, values, values.size, self._device)
+
+    def _received(self, step: int, entries: list[_Entry]) -> LoggedStep:
+        """A rank other than 0 of an unsharded model: rank 0's logged step `step` of
+        `entries` (the same parameters as rank 0's), to judge."""
+        n = len(entries)
+        matrices = self._matrices(entries)
+        values = ranks.share_from_rank_0(step, None, 1 + n + len(matrices), self._device)
+        return LoggedStep(
+            step, entries, values[1:1 + n],
+            spectral={i: float(v) for i, v in zip(matrices, values[1 + n:])} or None,
+            skipped=bool(values[0]),
         )
-        if spectral:
-            writer.add_ratios(
-                {entries[i].tag: r for i, r in spectral.items()},
-                step,
-                skipped=skipped,
-                descriptions={entries[i].tag: spectral_description(
-                    entries[i].tag, entries[i].shape, entries[i].dtype) for i in spectral},
-                shapes={entries[i].tag: entries[i].shape for i in spectral},
-                metric=metadata.METRIC_SPECTRAL,
-            )
-        if counts is not None:
-            writer.add_histograms(
-                {e.tag: c for e, c in zip(entries, counts)},
-                step,
-                descriptions={
-                    e.tag: histogram_description(e.tag, e.shape, e.dtype) for e in entries
-                },
-            )
-        if learning_rate is not None:
-            writer.add_learning_rate(learning_rate, step)
-        writer.flush()
 
 
 # --- parameters ----------------------------------------------------------------------------
 
 
-def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched) -> list[Any]:
-    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters."""
+def _entries_of(model: torch.nn.Module, sharded: bool, watched: _Watched | None) -> list[Any]:
+    """What a logged step of `watched` logs: the sharded model's pieces, or the parameters
+    (`watched` None: all of them, untagged by optimizer).
+
+    Raises:
+      ValueError: a parameter's tag is in the plugin's reserved namespace.
+    """
     if sharded:  # one optimizer only (watch refuses several)
-        return torch_shards.pieces(model)
+        return shards.pieces(model)
+    if watched is None:
+        return _parameters(model)
     return _parameters(model, watched.updates, watched.prefix)
 
 
@@ -537,11 +650,11 @@ def _parameters(model: torch.nn.Module, updates: set[int] | None = None,
     ids are in it), with their tags (DDP's and torch.compile's wrapper segments dropped,
     `tag_prefix` prepended)."""
     entries = []
-    prefix = torch_shards.wrapper_prefix(model)
+    prefix = shards.wrapper_prefix(model)
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad or (updates is not None and id(parameter) not in updates):
             continue
-        tag, dtype = torch_shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
+        tag, dtype = shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
         entries.append(_Entry(tag_prefix + tag, parameter.detach(), tuple(parameter.shape),
                               dtype))
     return entries
@@ -559,13 +672,14 @@ def _by_device(entries: list[Any]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _zero_counts(size: int) -> Counts:
+def _zero_counts(size: int) -> np.ndarray:
+    """The histogram counts of a parameter of `size` elements that did not move."""
     counts = np.zeros(metadata.NUM_BUCKETS, np.int64)
     counts[metadata.ZERO_BUCKET] = size
-    return Counts(counts)
+    return counts
 
 
-# --- the optimizer, the writer, the rank -----------------------------------------------------
+# --- the optimizer, the rank -------------------------------------------------------------------
 
 
 def _optimizers_of(optimizer: Any) -> list[torch.optim.Optimizer]:
@@ -626,45 +740,6 @@ def _restored_step(optimizer: torch.optim.Optimizer, stacklevel: int) -> int:
     return 0
 
 
-def _run_dir_of(target: Any) -> str:
-    """The run directory that `target` (a path or a writer) writes into."""
-    if isinstance(target, SummaryWriter):
-        return target.logdir
-    if isinstance(target, (str, os.PathLike)):
-        return os.fspath(target)
-    return target.get_logdir()
-
-
-def _check_writer_argument(target: Any) -> None:
-    if isinstance(target, (SummaryWriter, str, os.PathLike)) or _is_torch_writer(target):
-        return
-    raise TypeError(
-        "log_dir_or_writer must be a path, a tb_wur_plugin.writer.SummaryWriter or a "
-        f"torch.utils.tensorboard.SummaryWriter, got {type(target).__name__}"
-    )
-
-
-def _is_torch_writer(target: Any) -> bool:
-    return callable(getattr(target, "_get_file_writer", None)) and callable(
-        getattr(target, "flush", None)
-    )
-
-
-def _writer_of(target: Any) -> tuple[SummaryWriter, bool]:
-    """The writer to write to, and whether `watch` opened it (and closes it)."""
-    if isinstance(target, SummaryWriter):
-        if target.closed:
-            raise ValueError(f"{target!r} is closed")
-        return target, False
-    if isinstance(target, (str, os.PathLike)):
-        return SummaryWriter(target), True
-
-    def add_event(event) -> None:  # the file writer is recreated if the user closed it
-        target._get_file_writer().add_event(event, step=event.step, walltime=event.wall_time)
-
-    return SummaryWriter.writing_events_to(add_event, target.flush, target.get_logdir()), False
-
-
 def _distributed() -> bool:
     distributed = torch.distributed
     return distributed.is_available() and distributed.is_initialized()
@@ -679,43 +754,3 @@ def _device_of(model: torch.nn.Module) -> torch.device:
     for parameter in model.parameters():
         return parameter.device
     return torch.device("cpu")
-
-
-# --- GradScaler: the steps it skips ---------------------------------------------------------
-
-_SCALER_WATCHES: dict[int, list[WatchHandle]] = {}  # id(optimizer) -> active handles
-
-
-def _scaler_watch(optimizer, handle: WatchHandle) -> None:
-    _SCALER_WATCHES.setdefault(id(optimizer), []).append(handle)
-    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
-    if scaler is None or getattr(scaler.step, "_wur_original", None) is not None:
-        return
-    original = scaler.step
-
-    @functools.wraps(original)
-    def step(self, optimizer, *args, **kwargs):
-        handles = _SCALER_WATCHES.get(id(optimizer))
-        if not handles:
-            return original(self, optimizer, *args, **kwargs)
-        counted = [(h, h.steps) for h in handles]
-        result = original(self, optimizer, *args, **kwargs)
-        for h, steps in counted:
-            if h.steps == steps and h.active:  # optimizer.step() was not called
-                h._skipped_step(optimizer)
-        return result
-
-    step._wur_original = original
-    scaler.step = step
-
-
-def _scaler_unwatch(optimizer, handle: WatchHandle) -> None:
-    handles = _SCALER_WATCHES.get(id(optimizer), [])
-    if handle in handles:
-        handles.remove(handle)
-    if not handles:
-        _SCALER_WATCHES.pop(id(optimizer), None)
-    scaler = torch.amp.GradScaler
-    original = getattr(scaler.step, "_wur_original", None)
-    if not _SCALER_WATCHES and original is not None and "step" in vars(scaler):
-        scaler.step = original

@@ -6,18 +6,24 @@
 
 The callback calls `tb_wur_plugin.torch.watch` on the torch optimizer inside accelerate's
 wrapper at train begin and removes the handle at train end; the ratios are watch's (tags,
-values, full parameters under DDP/FSDP, written once).
+values, full parameters under DDP/FSDP, written once), and so is the judgement while
+training: `WeightUpdateRatioCallback(stop_on={"nan"})` stops the Trainer
+(`control.should_training_stop`) at the end of the update whose logged step fires a flag
+with such a reason, on every rank alike.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import torch
 from transformers import TrainerCallback
 
+from tb_wur_plugin.event_write import judgement_settings, watch_arguments
+from tb_wur_plugin.judgement.online import Flag
+from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
 from tb_wur_plugin.torch import WatchHandle, watch
 
 __all__ = ["WeightUpdateRatioCallback"]
@@ -74,10 +80,21 @@ class WeightUpdateRatioCallback(TrainerCallback):
         (an int; a fractional `logging_steps` is taken of the run's `max_steps`).
       histograms: also log each parameter's elementwise ratio histogram.
       spectral: also log spectral ratios ‖ΔW‖₂/‖W‖₂ (passed to `watch`).
+      on_flag, stop_on, patience, low, high: the judgement while training (passed to
+        `watch`): each flag that fires is logged (logger `tb_wur_plugin`, WARNING), passed
+        to `on_flag` and listed in `flags`; once a flag whose reason is in `stop_on` fires,
+        the callback sets `control.should_training_stop` at that update's `on_step_end`,
+        and the Trainer ends the run after it (`state.global_step` is then the flag's
+        `step` + 1), on every rank alike.
+
+    Attributes:
+      flags: the flags fired in the current (or last) `train()`, in order.
 
     Raises:
-      ValueError: `every` < 1 (at construction, or the resolved default at train begin).
-      TypeError: `every` not an int, or the Trainer's optimizer holds no torch optimizer.
+      ValueError: `every` < 1 (at construction, or the resolved default at train begin);
+        `stop_on` names an unknown reason, `patience` < 1, a bad band.
+      TypeError: `every` not an int, a bad `on_flag` or `stop_on`, or the Trainer's
+        optimizer holds no torch optimizer.
 
     Example:
       >>> Trainer(model, args, train_dataset=ds,
@@ -85,20 +102,17 @@ class WeightUpdateRatioCallback(TrainerCallback):
     """
 
     def __init__(self, log_dir: str | os.PathLike | None = None, every: int | None = None,
-                 histograms: bool = False, spectral: bool = False) -> None:
-        if every is not None:
-            if isinstance(every, bool) or not isinstance(every, int):
-                raise TypeError(f"every must be an int >= 1 or None, got {every!r}")
-            if every < 1:
-                raise ValueError(f"every must be >= 1, got {every}")
+                 histograms: bool = False, spectral: bool = False,
+                 on_flag: Callable[[Flag], Any] | None = None, stop_on: Iterable[str] = (),
+                 patience: int = DEFAULT_PATIENCE, low: float | None = None,
+                 high: float | None = None) -> None:
+        self.every, self.histograms, self.spectral = watch_arguments(
+            every, histograms, spectral, every_may_be_none=True
+        )
+        self._judgement_settings = judgement_settings(on_flag, stop_on, patience, low, high)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        self.every = every
-        for name, value in (("histograms", histograms), ("spectral", spectral)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {value!r}")
-        self.histograms = histograms
-        self.spectral = spectral
         self._handle: WatchHandle | None = None
+        self.flags: list[Flag] = []
         self._begun = time.time()
 
     def _every(self, args: Any, state: Any) -> int:
@@ -118,12 +132,19 @@ class WeightUpdateRatioCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                        optimizer: Any = None, **kwargs: Any) -> None:
         self._remove()
+        self.flags = []
         if model is None or optimizer is None:
             raise ValueError("the Trainer passed no model or optimizer to on_train_begin")
         log_dir = self.log_dir if self.log_dir is not None else _trainer_log_dir(args, self._begun)
         self._handle = watch(_torch_optimizer(optimizer), model, log_dir,
                              every=self._every(args, state), histograms=self.histograms,
-                             first_step=int(state.global_step), spectral=self.spectral)
+                             first_step=int(state.global_step), spectral=self.spectral,
+                             **self._judgement_settings)
+        self.flags = self._handle.flags
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._handle is not None and self._handle.should_stop:
+            control.should_training_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._remove()

@@ -37,20 +37,23 @@ def writer(logdir):
 
 SPLIT = {"tests/browser/test_frontend.py", "tests/project/test_benchmarks_smoke.py",
          "tests/project/test_examples.py"}
+# Folders whose modules are one unit: they share a session fixture too costly to make twice.
+TOGETHER = ("tests/judgement/",)
 COST = {  # seconds in a full parallel run (2026-12-04: a full run's, or a unit's alone, -n 0,
     # at a load average of 3 to 9, scaled to it); a unit that takes 30 s or more belongs here
     "tests/project/test_benchmarks_smoke.py::test_training_benchmark_smoke": 230,
     "tests/write/test_spectral_tf.py": 170,
     "tests/frameworks/test_transformers.py": 160,
+    "tests/judgement/": 150,  # a folder of TOGETHER: one entry
     "tests/browser/test_frontend.py::test_tab_in_chromium": 140,
     "tests/write/test_ratios.py": 130,
     "tests/frameworks/test_resume.py": 120,
-    "tests/read/test_judgement.py": 120,
     "tests/frameworks/test_distribute.py": 105,
+    "tests/frameworks/test_keras_callback.py": 95,
     "tests/frameworks/test_torch.py": 95,
+    "tests/frameworks/test_jax_multiprocess.py": 90,  # three pairs of processes
     "tests/write/test_sparse.py": 90,
-    "tests/frameworks/test_keras_backends.py": 90,
-    "tests/frameworks/test_keras_callback.py": 85,
+    "tests/frameworks/test_keras_backends.py": 90,  # two pairs of backend processes
     "tests/web/test_server_robustness.py": 80,
     "tests/frameworks/test_torch_sharded.py": 80,
     "tests/armijo/test_armijo.py": 80,
@@ -65,9 +68,9 @@ COST = {  # seconds in a full parallel run (2026-12-04: a full run's, or a unit'
     "tests/write/test_killed_training.py": 50,
     "tests/browser/test_frontend.py::test_binned_columns_show_the_reduction_of_their_steps": 45,
     "tests/frameworks/test_jax.py": 40,
+    "tests/frameworks/test_torch_acting_ranks.py": 40,
     "tests/project/test_benchmarks_smoke.py::test_large_run_benchmark_smoke": 40,
     "tests/write/test_metadata_once_and_varint_histograms.py": 40,
-    "tests/frameworks/test_jax_multiprocess.py": 35,
     "tests/write/test_captured_changes.py": 35,
     "tests/project/test_benchmarks_smoke.py::test_concurrency_benchmark_smoke": 35,
     "tests/project/test_benchmarks_smoke.py::test_backend_benchmark_smoke": 35,
@@ -94,6 +97,9 @@ START_ALONE = ("tests/write/test_sparse.py::"
 
 def _unit(nodeid: str) -> str:
     module, _, rest = nodeid.partition("::")
+    for folder in TOGETHER:
+        if module.startswith(folder):
+            return folder
     if module in SPLIT:
         return f"{module}::{rest.split('[')[0]}"
     return module

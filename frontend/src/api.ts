@@ -32,21 +32,20 @@ export interface ReservedTags { learning_rate: string; skipped_step: string; his
 /** `metrics`: the metrics some run has ratios of ("frobenius", "spectral"; absent: an older
  * backend, Frobenius only). */
 export interface RunsAnswer { runs: RunInfo[]; reserved_tags?: ReservedTags; metrics?: string[] }
-/** Why /flags flags a layer. The default judgement (no band): "nan", "inf" (+inf after the
- * first update), "not_moving", "too_fast", "slow_outlier", "fast_outlier"; with a band also
- * "below_band", "above_band". (An older backend: "above", "below", "outside".) */
-export type FlagReason =
-  | "nan" | "inf" | "not_moving" | "too_fast" | "slow_outlier" | "fast_outlier" | "below_band" | "above_band"
-  | "above" | "below" | "outside";
+/** One way the judgement flags a layer (/reasons: the server's table, in its order; the tab
+ * names no reason itself). `judgement`: "default" (judged always) or "band" (only with a band
+ * set); `label`: a few words; `streak`: flagged after `patience` judged steps in a row (else
+ * at a single step). */
+export interface Reason { name: string; judgement: "default" | "band"; label: string; streak: boolean }
+export interface Reasons { reasons: Reason[] }
 export interface FlagInfo {
   tag: string;
   /** the earliest step of the findings (a step, for a streak its first one) */
   since: number;
-  /** the finding at `since` */
-  reason: FlagReason | string;
-  /** what the flag says, in words: the same text `tb-wur report` prints (absent from an older
-   * backend: the tab composes one) */
-  text?: string;
+  /** the finding at `since`: the name of a Reason */
+  reason: string;
+  /** what the flag says, in words: the same text `tb-wur report` prints */
+  text: string;
   nan_since?: number | null;
   inf_since?: number | null;
   streak_since?: number | null;
@@ -136,6 +135,8 @@ export const api = {
     return parseComparison(await binary(response));
   },
   /** `band` null: no low/high (the default judgement). */
+  /** as sent: a label may be "NaN" (no number in it to convert) */
+  reasons: async (signal?: AbortSignal) => (await (await get("./reasons", signal)).json()) as Reasons,
   flags: (run: string, band: { low: number; high: number } | null, patience: number, metric: string, signal?: AbortSignal) =>
     getJson<Flags>(`./flags?${query({ run, low: band?.low, high: band?.high, patience, metric: metricParam(metric) })}`, signal),
   suggestions: (run: string, metric: string, signal?: AbortSignal) => getJson<Suggestions>(`./suggestions?${query({ run, metric: metricParam(metric) })}`, signal),

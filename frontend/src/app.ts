@@ -48,6 +48,7 @@ export class App {
   private loads = 0;
   private heatmapController: AbortController | null = null;
   private flagsController: AbortController | null = null;
+  private reasonsLoaded = false;
   private detailGeneration = 0;
   private reloadGeneration = 0;
   private lastWidth = 0;
@@ -96,6 +97,7 @@ export class App {
    * cached layer details and line searches are dropped (the only place they are). */
   async reload(): Promise<void> {
     this.busy(1);
+    const reasons = this.loadReasons();
     try {
       const answer = await api.runs();
       this.cache.clear();
@@ -116,6 +118,7 @@ export class App {
     } catch (e) {
       this.showError(e);
     } finally {
+      await reasons;
       this.busy(-1);
       if (!this.ready) {
         this.scheduler.flush(); // drawn before the tab says it is ready
@@ -149,6 +152,20 @@ export class App {
       this.store.setHeatmap(h);
     } catch (e) {
       if (!controller.signal.aborted) this.showError(e);
+    } finally {
+      this.busy(-1);
+    }
+  }
+
+  /** The judgement's reasons (/reasons): once, at the first reload that gets them. */
+  private async loadReasons(): Promise<void> {
+    if (this.reasonsLoaded) return;
+    this.busy(1);
+    try {
+      this.store.setReasons((await api.reasons()).reasons);
+      this.reasonsLoaded = true;
+    } catch (e) {
+      this.showError(e);
     } finally {
       this.busy(-1);
     }
@@ -392,7 +409,7 @@ export class App {
     if (dirty.has("heatmaps") || dirty.has("selection")) this.commitSelection();
     if (dirty.has("legend")) this.commitLegend();
     if (dirty.has("zoom")) this.toolbar.showZoom(s.heatmap, !!s.zoom);
-    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags.filter((f) => this.store.isShown(f.run)), s.flagBand, s.patience, this.store.heatmapRuns().length);
+    if (dirty.has("flags")) this.sidebar.renderFlags(s.flags.filter((f) => this.store.isShown(f.run)), s.flagBand, s.patience, this.store.heatmapRuns().length, s.reasons);
     if (dirty.has("compare")) this.commitCompare();
     if (dirty.has("detail")) this.commitDetail();
   }

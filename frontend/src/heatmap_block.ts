@@ -4,6 +4,7 @@
 // step axis. The DOM and its listeners are built once per run; update() changes it in place.
 import { api, LineSearch, RunInfo } from "./api";
 import { columnRange, Heatmap } from "./codec";
+import { DamageNotice } from "./damage";
 import { axisTicks, cellAt, drawHeatmap, drawLineSearch, drawMarks, LINE_SEARCH_H, markAt, markSpans } from "./draw";
 import { el, safeFileName, sameKeys, setAttrs } from "./dom";
 import { formatPow10, formatShortRatio, formatStep, skippedLines, tooltipLines } from "./format";
@@ -79,6 +80,7 @@ export class HeatmapBlock {
   private readonly axis = el("div", { class: "wur-axis", "aria-hidden": "true" });
   private readonly grid: HTMLElement;
   private readonly noRows = el("p", { class: "wur-meta", text: "No layer matches the filter.", hidden: true });
+  private readonly damage = new DamageNotice();
   private rowsKey: unknown[] = [];
   private drawKey: unknown[] = [];
   private drag: { col: number; moved: boolean } | null = null;
@@ -111,7 +113,7 @@ export class HeatmapBlock {
       button("JSON of view", "wur-export-view-json", "The cells shown (filtered layers, zoomed range, binned columns), as JSON", () => host.exportView(this, "json")),
       button("PNG", "wur-export-png", "This heatmap as a PNG image", () => host.exportPng(this)),
     );
-    this.section = el("section", { class: "wur-block", "aria-label": `Run ${run}` }, head, this.grid, this.noRows);
+    this.section = el("section", { class: "wur-block", "aria-label": `Run ${run}` }, head, this.damage.element, this.grid, this.noRows);
     this.wire();
   }
 
@@ -132,6 +134,7 @@ export class HeatmapBlock {
     this.width = v.width;
     this.table = v.table;
     this.heldTable = v.heldTable;
+    this.damage.update(this.run, v.info);
     this.exportCsv.href = api.exportUrl(this.run, "csv", v.metric);
     this.exportJson.href = api.exportUrl(this.run, "json", v.metric);
     if (rowsChanged) {

@@ -1,7 +1,7 @@
 // The sidebar: the run list (filter, All/None, a checkbox per run; the filter hides the runs it
 // does not match) and the flags (the layers /flags flags, as the backend ranks them, its text
-// verbatim; a click reveals the row).
-import type { FlagInfo, RunInfo } from "./api";
+// verbatim; a click reveals the row; the note names what the judgement flags, from /reasons).
+import type { FlagInfo, Reason, RunInfo } from "./api";
 import { compileFilter, el } from "./dom";
 import { formatShortRatio, formatStep } from "./format";
 import type { Band } from "./color";
@@ -87,10 +87,10 @@ export class Sidebar {
   /** The flags of the shown runs, one table row each (layer, run, what, since step): what a
    * flag says is /flags' `text`, verbatim (the report prints the same). The note says which
    * judgement is in force: the default one (`band` null: no band set) or the band with the
-   * patience. A click or Enter on a row reveals the layer. `shownRuns` 0: nothing (no note
-   * either). */
-  renderFlags(flags: FlagRow[], band: Pick<Band, "low" | "high"> | null, patience: number, shownRuns: number): void {
-    this.flagsNote.textContent = shownRuns ? flagsNote(flags.length, band, patience) : "";
+   * patience, and what it flags (`reasons`: /reasons). A click or Enter on a row reveals the
+   * layer. `shownRuns` 0: nothing (no note either). */
+  renderFlags(flags: FlagRow[], band: Pick<Band, "low" | "high"> | null, patience: number, shownRuns: number, reasons: readonly Reason[]): void {
+    this.flagsNote.textContent = shownRuns ? flagsNote(flags.length, band, patience, reasons) : "";
     this.flagsNote.setAttribute("data-judgement", band ? "band" : "default");
     const shown = shownRuns ? flags.slice(0, MAX_FLAGS_SHOWN) : [];
     this.flagsTable.hidden = !shown.length;
@@ -98,7 +98,7 @@ export class Sidebar {
       const row = el("tr", { "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": String(f.reason), "data-since": f.since === null || f.since === undefined ? "" : String(f.since), tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
         el("td", { class: "wur-flag-tag", text: f.tag }),
         el("td", { class: "wur-flag-run", text: f.run }),
-        el("td", { class: `wur-flag-what${hasNan(f) ? " wur-flag-nan" : ""}`, text: flagText(f) }),
+        el("td", { class: `wur-flag-what${hasNan(f) ? " wur-flag-nan" : ""}`, text: f.text }),
         el("td", { class: "wur-flag-since", text: f.since === null || f.since === undefined ? "–" : formatStep(f.since) }));
       return row;
     }));
@@ -109,56 +109,25 @@ export class Sidebar {
 /** The flags table's column titles. */
 export const FLAG_COLUMNS = ["layer", "run", "what", "since step"];
 
-/** What the flags note says: the judgement in force and how many layers it flags. */
-export function flagsNote(count: number, band: Pick<Band, "low" | "high"> | null, patience: number): string {
+/** What the flags note says: the judgement in force, how many layers it flags, and what it
+ * flags: the labels of `reasons` (/reasons; none known yet: the note leaves them out). */
+export function flagsNote(count: number, band: Pick<Band, "low" | "high"> | null, patience: number, reasons: readonly Reason[]): string {
   const flagged = count ? `${count} layer${count === 1 ? "" : "s"} flagged` : "no layer flagged";
   const steps = `${patience} judged step${patience === 1 ? "" : "s"} in a row`;
+  const of = (judgement: Reason["judgement"]) => reasons.filter((r) => r.judgement === judgement);
+  const says = (list: readonly Reason[]) => {
+    const once = list.filter((r) => !r.streak).map((r) => r.label), streaks = list.filter((r) => r.streak).map((r) => r.label);
+    return [once.length ? `${once.join(" / ")} at any step` : "", streaks.length ? `for ${steps}: ${streaks.join(" / ")}` : ""].filter(Boolean).join(", and ");
+  };
+  const judged = says(of("default")), banded = says(of("band"));
   if (!band) {
-    return `Default judgement (no band set), patience ${patience}: ${flagged}. It flags NaN, +inf after the first update, a layer not moving, updates as large as the weights, or a layer far from its peers for ${steps}; set the band to also flag layers out of it.`;
+    return `Default judgement (no band set), patience ${patience}: ${flagged}.` + (judged ? ` It flags ${judged}.` : "") + (banded ? ` Set the band to also flag ${banded}.` : "");
   }
-  return `Band [${formatShortRatio(band.low)}, ${formatShortRatio(band.high)}] with patience ${patience}: ${flagged}. The default judgement's findings, and a ratio out of the band for ${steps}.`;
+  return `Band [${formatShortRatio(band.low)}, ${formatShortRatio(band.high)}] with patience ${patience}: ${flagged}.` + (banded ? ` The default judgement's findings, and ${banded}.` : "");
 }
 
 function hasNan(f: FlagInfo): boolean {
   return f.reason === "nan" || (f.nan_since !== null && f.nan_since !== undefined);
-}
-
-const REASON_WORDS: Record<string, string> = {
-  nan: "NaN",
-  inf: "+inf after first update",
-  not_moving: "not moving",
-  too_fast: "too fast: updates as large as the weights",
-  slow_outlier: "far slower than its peers",
-  fast_outlier: "far faster than its peers",
-  below_band: "below band",
-  above_band: "above band",
-  above: "above band",
-  below: "below band",
-  outside: "outside band",
-};
-
-/** The reason of a flag in words (with the streak's judged steps where /flags gives them). */
-export function reasonText(f: Pick<FlagInfo, "reason" | "streak_length">): string {
-  const words = REASON_WORDS[String(f.reason)] ?? String(f.reason);
-  const n = f.streak_length;
-  const streak = ["above", "below", "outside", "below_band", "above_band"].includes(String(f.reason));
-  return streak && typeof n === "number" && n > 0 ? `${words} for ${n} step${n === 1 ? "" : "s"}` : words;
-}
-
-/** What a flag says: /flags' `text` verbatim; from a backend without it, composed from the
- * reason, the other findings and the skipped steps left out. */
-export function flagText(f: FlagInfo): string {
-  if (typeof f.text === "string" && f.text) return f.text;
-  const parts = [reasonText(f)];
-  const old = ["above", "below", "outside"].includes(String(f.reason)) || f.streak_length !== undefined;
-  if (!old && f.since !== null && f.since !== undefined && f.reason !== "nan" && f.reason !== "inf") parts[0] += ` since step ${formatStep(f.since)}`;
-  if (f.reason !== "nan" && f.nan_since !== null && f.nan_since !== undefined) parts.push(`NaN at step ${formatStep(f.nan_since)}`);
-  if (f.reason !== "inf" && f.inf_since !== null && f.inf_since !== undefined) parts.push(`+inf at step ${formatStep(f.inf_since)}`);
-  const streak = ["above", "below", "outside", "below_band", "above_band"].includes(String(f.reason));
-  if (!streak && f.streak_since !== null && f.streak_since !== undefined) parts.push(`out of band for ${f.streak_length} steps from step ${formatStep(f.streak_since)}`);
-  const skipped = f.skipped_steps ?? 0;
-  if (skipped) parts.push(`${skipped} skipped step${skipped === 1 ? "" : "s"} not judged`);
-  return parts.join("; ");
 }
 
 /** As /flags orders them, over several runs: layers with a NaN first, then by since, then by

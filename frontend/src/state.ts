@@ -1,7 +1,7 @@
 // The tab's state, its setters and the one-frame commit (uPlot's discipline): a setter changes
 // the state and marks what it made stale; one requestAnimationFrame later, ONE commit redraws
 // what is marked. No setter draws. Pure: no DOM here (the scheduler takes its frame function).
-import { Comparison, DEFAULT_METRIC, FlagInfo, LineSearch, ReservedTags, RunInfo } from "./api";
+import { Comparison, DEFAULT_METRIC, FlagInfo, LineSearch, Reason, ReservedTags, RunInfo } from "./api";
 import type { Heatmap } from "./codec";
 import { Band, DEFAULT_BAND } from "./color";
 
@@ -100,6 +100,8 @@ export interface ViewState {
   highlight: RowRef | null;
   heatmap: Heatmap | null;
   flags: FlagRow[];
+  /** the judgement's reasons (/reasons, fetched once; [] until they come in) */
+  reasons: Reason[];
   /** /line_search per run (runs whose /runs entry says has_line_search) */
   lineSearch: Map<string, LineSearch>;
   dark: boolean;
@@ -112,7 +114,7 @@ export class Store {
     runs: [], reservedTags: null, deselected: new Set(), runFilter: null, layerFilter: null, grouped: false,
     collapsed: new Set(), reduction: "mean_log10", metric: DEFAULT_METRIC, metrics: null, zoom: null, band: { ...DEFAULT_BAND }, flagBand: null, patience: DEFAULT_PATIENCE,
     comparePair: null, comparison: null, compareError: null, compareLoading: false,
-    selected: null, highlight: null, heatmap: null, flags: [], lineSearch: new Map(), dark: false,
+    selected: null, highlight: null, heatmap: null, flags: [], reasons: [], lineSearch: new Map(), dark: false,
   };
 
   constructor(readonly scheduler: Scheduler) {}
@@ -236,6 +238,12 @@ export class Store {
 
   setFlags(flags: FlagRow[]): void {
     this.s.flags = flags;
+    this.mark("flags");
+  }
+
+  /** The reasons name what the flags' note says the judgement flags. */
+  setReasons(reasons: Reason[]): void {
+    this.s.reasons = reasons;
     this.mark("flags");
   }
 

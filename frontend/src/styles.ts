@@ -86,6 +86,8 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-block-head h3 { font-size: 14px; font-weight: 500; margin: 0; word-break: break-all; }
 .wur-block-head .wur-meta { color: var(--muted); font-size: 12px; }
 .wur-block-head .wur-spacer { flex: 1; }
+.wur-damage { color: var(--error); background: var(--error-bg); border-radius: 4px; padding: 4px 8px; margin: 0 0 6px; font-size: 12px; overflow-wrap: anywhere; }
+.wur-damage-title { font-weight: 500; }
 .wur-grid { display: grid; grid-template-columns: var(--label-width) auto; }
 .wur-labels { position: relative; }
 .wur-label {

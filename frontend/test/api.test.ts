@@ -54,3 +54,12 @@ test("metric: the heatmap, series and export of the spectral ratios name it; the
   assert.equal(api.exportUrl("a/b", "csv", "spectral"), "./export?run=a%2Fb&format=csv&metric=spectral");
   assert.equal(api.exportUrl("a/b", "json", "frobenius"), "./export?run=a%2Fb&format=json");
 });
+
+test("reasons: the server's table, asked for with no parameter", async () => {
+  const table = '{"reasons":[{"name":"nan","judgement":"default","label":"NaN","streak":false},{"name":"above_band","judgement":"band","label":"above band","streak":true}]}';
+  const urls = await withFetch(() => new Response(table), async () => {
+    const { reasons } = await api.reasons();
+    assert.deepEqual(reasons.map((r) => [r.name, r.judgement, r.label, r.streak]), [["nan", "default", "NaN", false], ["above_band", "band", "above band", true]]);
+  });
+  assert.deepEqual(urls, ["./reasons"]);
+});

@@ -1,4 +1,5 @@
 // Test fixtures: payloads laid out like tb_wur_plugin/heatmap.py `pack`.
+import type { Reason } from "../src/api";
 import type { Codes } from "../src/codec";
 
 /** The codes a /heatmap header carries (tb_wur_plugin/heatmap.py's constants): the tests'
@@ -106,3 +107,13 @@ export function sampleWithHeld() {
     },
   );
 }
+
+/** A stand-in for /reasons (the server's table: tb_wur_plugin/judgement/reasons.py), made up
+ * so that the tests show the tab follows whatever table it is sent. */
+export const REASONS: Reason[] = [
+  { name: "nan", judgement: "default", label: "NaN", streak: false },
+  { name: "inf", judgement: "default", label: "+inf after first update", streak: false },
+  { name: "stuck", judgement: "default", label: "stuck", streak: true },
+  { name: "below_band", judgement: "band", label: "below band", streak: true },
+  { name: "above_band", judgement: "band", label: "above band", streak: true },
+];

@@ -112,11 +112,12 @@ test("the band from its two inputs", () => {
   for (const [a, b] of [["1e-2", "1e-4"], ["0", "1"], ["x", "1"], ["1e-4", "Infinity"]]) assert.equal(typeof parseBand(a, b), "string", `${a}, ${b}`);
 });
 
-import { FLAG_COLUMNS, flagsNote, flagText, rankFlags, reasonText } from "../src/sidebar";
+import { FLAG_COLUMNS, flagsNote, rankFlags } from "../src/sidebar";
 import type { FlagInfo } from "../src/api";
+import { REASONS } from "./fixtures";
 export function flagOf(run: string, tag: string, over: Partial<FlagInfo>): FlagInfo & { run: string } {
   return {
-    run, tag, since: 0, reason: "above", nan_since: null, inf_since: null, streak_since: 0, streak_length: 5,
+    run, tag, since: 0, reason: "above_band", text: "above band", nan_since: null, inf_since: null, streak_since: 0, streak_length: 5,
     median: 1e-3, last: 1e-3, above: 5, below: 0, nonfinite: 0, logged_steps: 30, skipped_steps: 0,
     out_of_band_fraction: 0.2, below_steps: 0, above_steps: 5, first_out_of_band_step: 0, last_out_of_band_step: 20,
     nan_steps: 0, first_nan_step: null, inf_steps: 0, first_inf_step: null, ...over,
@@ -128,16 +129,9 @@ test("flags: NaN first, then by since, then tag, then run (as /flags orders them
     flagOf("a", "x", { since: 5 }), flagOf("a", "w", { since: 0 }),
   ]);
   assert.deepEqual(ranked.map((f) => `${f.run}/${f.tag}`), ["a/z", "a/w", "a/x", "b/x", "a/y"]);
-});
-test("what a flag says: the reason in words, the other findings, the skipped steps", () => {
-  assert.equal(reasonText({ reason: "nan", streak_length: 0 }), "NaN");
-  assert.equal(reasonText({ reason: "inf", streak_length: 0 }), "+inf after first update");
-  assert.equal(reasonText({ reason: "above", streak_length: 12 }), "above band for 12 steps");
-  assert.equal(reasonText({ reason: "below", streak_length: 1 }), "below band for 1 step");
-  assert.equal(reasonText({ reason: "outside", streak_length: 7 }), "outside band for 7 steps");
-  assert.equal(flagText(flagOf("a", "t", { reason: "above", streak_length: 29, skipped_steps: 1 })), "above band for 29 steps; 1 skipped step not judged");
-  assert.equal(flagText(flagOf("a", "t", { reason: "nan", nan_since: 10, since: 10, streak_since: 15, streak_length: 6 })), "NaN; out of band for 6 steps from step 15");
-  assert.equal(flagText(flagOf("a", "t", { reason: "inf", inf_since: 5, nan_since: 10, streak_since: null, streak_length: 0 })), "+inf after first update; NaN at step 10");
+  // the NaN layer first also when only its reason says NaN
+  const byReason = rankFlags([flagOf("r", "b", { since: 1, reason: "not_moving" }), flagOf("r", "a", { since: 9, reason: "nan" })]);
+  assert.deepEqual(byReason.map((f) => f.tag), ["a", "b"]);
 });
 
 import { parsePatience } from "../src/toolbar";
@@ -147,22 +141,15 @@ test("the patience: a whole number of steps >= 1", () => {
   for (const t of ["0", "-1", "2.5", "x", "", "1e3", "Infinity"]) assert.equal(typeof parsePatience(t), "string", t);
 });
 
-test("what a flag says from a backend that sends text: the text, verbatim; without it, composed", () => {
-  const text = "far slower than its peers (median 3.2e-06 vs 1.1e-03) for 12 judged steps from step 40; 1 skipped step";
-  assert.equal(flagText({ tag: "t", since: 40, reason: "slow_outlier", text }), text);
-  assert.equal(flagText({ tag: "t", since: 40, reason: "slow_outlier" }), "far slower than its peers since step 40");
-  assert.equal(flagText({ tag: "t", since: 0, reason: "not_moving", skipped_steps: 2 }), "not moving since step 0; 2 skipped steps not judged");
-  assert.equal(flagText({ tag: "t", since: 3, reason: "nan" }), "NaN");
-  assert.equal(reasonText({ reason: "above_band", streak_length: 4 }), "above band for 4 steps");
-  assert.equal(reasonText({ reason: "too_fast" }), "too fast: updates as large as the weights");
-  // the NaN layer first also when only its reason says NaN
-  const ranked = rankFlags([{ tag: "b", since: 1, reason: "not_moving", run: "r" }, { tag: "a", since: 9, reason: "nan", run: "r" }]);
-  assert.deepEqual(ranked.map((f) => f.tag), ["a", "b"]);
-});
-
-test("the flags note names the judgement in force; the since column its unit", () => {
-  assert.match(flagsNote(3, null, 5), /^Default judgement \(no band set\), patience 5: 3 layers flagged\./);
-  assert.match(flagsNote(0, null, 1), /no layer flagged/);
-  assert.match(flagsNote(1, { low: 1e-4, high: 1e-2 }, 25), /^Band \[1e-4, 1e-2\] with patience 25: 1 layer flagged\./);
+test("the flags note names the judgement in force and what it flags, from the server's reasons; the since column its unit", () => {
+  assert.equal(flagsNote(3, null, 5, REASONS),
+    "Default judgement (no band set), patience 5: 3 layers flagged. It flags NaN / +inf after first update at any step, and for 5 judged steps in a row: stuck. Set the band to also flag for 5 judged steps in a row: below band / above band.");
+  assert.match(flagsNote(0, null, 1, REASONS), /no layer flagged\. It flags NaN \/ \+inf after first update at any step, and for 1 judged step in a row: stuck\./);
+  assert.equal(flagsNote(1, { low: 1e-4, high: 1e-2 }, 25, REASONS),
+    "Band [1e-4, 1e-2] with patience 25: 1 layer flagged. The default judgement's findings, and for 25 judged steps in a row: below band / above band.");
+  // a reason the server adds shows up; before /reasons came in, the note names none
+  const more = [...REASONS, { name: "spiky", judgement: "default" as const, label: "spiky", streak: true }];
+  assert.match(flagsNote(0, null, 5, more), /in a row: stuck \/ spiky\./);
+  assert.equal(flagsNote(2, null, 5, []), "Default judgement (no band set), patience 5: 2 layers flagged.");
   assert.equal(FLAG_COLUMNS[3], "since step");
 });

@@ -4,9 +4,10 @@ through a summary writer, for `tf.compat.v1.summary.FileWriter.add_summary` inst
 The values are the packed series `wur_summary.watch` writes (`metadata`'s protocol version
 3), under the same tags and summary metadata: per chunk of layers, the ratios as float32
 (`batched_write.to_stored_scalar`) followed by the skipped-step marker (1 when no watched
-variable changed), and with histograms the bucket counts of each variable's elementwise
-ratios as varints in a uint8 vector. Each value carries its metadata, as TF1 summary ops
-do: `FileWriter.add_summary` keeps it in the first event of each tag of its file only.
+variable changed: `metadata.step_was_skipped`), and with histograms the bucket counts of
+each variable's elementwise ratios as varints in a uint8 vector. Each value carries its
+metadata, as TF1 summary ops do: `FileWriter.add_summary` keeps it in the first event of
+each tag of its file only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write.batched_write import (
     encode_count_chunks,
     histogram_chunks,
@@ -40,7 +42,7 @@ def ratio_summary(
     """
     tags = tuple(w.tag for w in watched)
     chunks = ratio_chunks(tags, [w.variable for w in watched])
-    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)
+    skipped = tf.cast(metadata.step_was_skipped(ratios, tf.reduce_all, tf.math.equal), tf.float32)
     values = [
         _tensor_summary(chunk.tag, value, chunk.metadata)
         for chunk, value in zip(

@@ -1,27 +1,21 @@
 """The JAX and PyTorch backends of `WeightUpdateRatioCallback`: device-side snapshots and
-norms, written with the TensorFlow-free `tb_wur_plugin.writer.SummaryWriter`. Imports no
-TensorFlow module."""
+norms, each logged step written through the TensorFlow-free write path
+(`event_write.LoggedStepWriter`). Imports no TensorFlow module."""
 
 from __future__ import annotations
 
 import math
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import keras
 import numpy as np
 
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 from tb_wur_plugin.arrays.spectral import TRAILING_FAN_OUT, SpectralState
-from tb_wur_plugin.metadata import (
-    METRIC_SPECTRAL,
-    histogram_description,
-    ratio_description,
-    spectral_description,
-    unique_tags,
-)
-from tb_wur_plugin.writer import Counts, SummaryWriter
+from tb_wur_plugin.event_write import LoggedLayer, LoggedStep, LoggedStepWriter, SummaryWriter
+from tb_wur_plugin.metadata import unique_tags
 
 
 class Watched(NamedTuple):
@@ -35,14 +29,15 @@ class Logger:
     """Writes the callback's logged steps into `log_dir/train` with a `SummaryWriter`; with
     `spectral`, also the spectral ratios of the variables of two or more dimensions,
     warm-started from the vectors this logger kept at its previous logged step (one logger
-    per `fit`: each `fit` starts cold)."""
+    per `fit`: each `fit` starts cold). The writer, made with `judging`'s settings, judges
+    each logged step as it writes it (`judgement`)."""
 
     active = True
     step_log = None  # the line search is TensorFlow's
 
     def __init__(
         self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool,
-        spectral: bool = False,
+        spectral: bool, judging: Mapping[str, Any],
     ):
         self._backend = keras.backend.backend()
         if self._backend not in ("jax", "torch"):
@@ -54,7 +49,9 @@ class Logger:
         self._spectral = SpectralState() if spectral else None
         self._flush_seconds = None if flush_millis is None else flush_millis / 1000
         self._last_flush = time.monotonic()
-        self._writer = SummaryWriter(os.path.join(log_dir, "train"))
+        self._writer = SummaryWriter(os.path.join(log_dir, "train"), **judging)
+        self._step_writer = LoggedStepWriter(self._writer)
+        self.judgement = self._writer.judgement
 
     @staticmethod
     def watched(model: Any) -> list[Watched]:
@@ -90,38 +87,20 @@ class Logger:
         else:
             updates = [a.detach() - b for b, a in zip(before, after)]
             ratios, counts = _torch_ratios(before, after, updates, self._histograms)
-        about = [(w.tag, tuple(w.variable.shape), str(w.variable.dtype)) for w in watched]
-        skipped = bool(np.all(np.asarray(ratios) == 0))
-        self._writer.add_ratios(
-            {w.tag: float(r) for w, r in zip(watched, ratios)},
-            step,
-            skipped=skipped,
-            descriptions={tag: ratio_description(tag, shape, dtype) for tag, shape, dtype in about},
-            shapes={tag: shape for tag, shape, _ in about},
-        )
-        matrices = [i for i, (_, shape, _) in enumerate(about) if len(shape) >= 2]
+        layers = [
+            LoggedLayer(w.tag, tuple(w.variable.shape), str(w.variable.dtype)) for w in watched
+        ]
+        spectral = None
+        matrices = [i for i, layer in enumerate(layers) if len(layer.shape) >= 2]
         if self._spectral is not None and matrices:
             kernel = _jax_spectral() if self._backend == "jax" else _torch_spectral()
-            spectral = kernel.spectral_ratios(
-                [about[i][0] for i in matrices], [before[i] for i in matrices],
+            values = kernel.spectral_ratios(
+                [layers[i].tag for i in matrices], [before[i] for i in matrices],
                 [updates[i] for i in matrices], self._spectral, TRAILING_FAN_OUT,
             )
-            self._writer.add_ratios(
-                {about[i][0]: float(r) for i, r in zip(matrices, spectral)},
-                step,
-                skipped=skipped,
-                descriptions={about[i][0]: spectral_description(*about[i]) for i in matrices},
-                shapes={about[i][0]: about[i][1] for i in matrices},
-                metric=METRIC_SPECTRAL,
-            )
-        if counts is not None:
-            self._writer.add_histograms(
-                {w.tag: Counts(c) for w, c in zip(watched, counts)},
-                step,
-                descriptions={
-                    tag: histogram_description(tag, shape, dtype) for tag, shape, dtype in about
-                },
-            )
+            spectral = {i: float(r) for i, r in zip(matrices, values)}
+        self._step_writer.write(LoggedStep(step, layers, ratios, spectral=spectral,
+                                           histograms=counts))
         self._flushed()
 
     def flush(self) -> None:

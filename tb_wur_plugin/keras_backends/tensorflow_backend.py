@@ -1,32 +1,43 @@
 """The TensorFlow backend of `WeightUpdateRatioCallback`: a `tf.summary` writer, `watch`'s
-`record`, and the line-search rows of a `LineSearchModel`."""
+`record` (`record_ratios`, which also brings the written ratios to the host to be judged),
+and the line-search rows of a `LineSearchModel`."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import tensorflow as tf
 
+from tb_wur_plugin import metadata
+from tb_wur_plugin.event_write import TrainingJudgement
 from tb_wur_plugin.tf_write import summary_ops
+from tb_wur_plugin.tf_write.batched_write import ratio_layers
 from tb_wur_plugin.tf_write.recording import default_writer_resource, default_writer_until_exit
-from tb_wur_plugin.tf_write.watch import record
+from tb_wur_plugin.tf_write.watch import record_ratios
 from tb_wur_plugin.tf_write.variables import snapshot, watched_variables, writes_summaries
 
 
 class Logger:
     """Writes the callback's logged steps into `log_dir/train` with a `tf.summary` writer
-    (a no-op writer on the workers of a multi-worker strategy other than the chief)."""
+    (a no-op writer on the workers of a multi-worker strategy other than the chief), and
+    judges each one (`judgement`, a `TrainingJudgement` made with `judging`'s settings) on
+    the ratios as written: the stored float32 values, the layers' shapes of the series'
+    metadata, the skipped-step marker. A worker other than the chief computes the same
+    ratios, by the same ops on its copy of the same synchronously updated variables, and
+    judges them without writing, so that every worker fires the same flags and stops at the
+    same step."""
 
     def __init__(
         self, model: Any, log_dir: str, flush_millis: int | None, histograms: bool,
-        spectral: bool = False,
+        spectral: bool, judging: Mapping[str, Any],
     ):
         self._flush_millis = flush_millis
         self._histograms = histograms
         self._spectral = spectral  # warm vectors kept per variable (`tf_write.spectral`)
+        self.judgement = TrainingJudgement(**judging)
         # False: a worker of a multi-worker strategy other than the chief, which logs every
-        # step: this one creates no file and reads nothing.
+        # step: this one creates no file (it computes and judges the ratios only).
         self.active = writes_summaries(
             watched_variables(model.trainable_variables),
             getattr(model, "distribute_strategy", None),
@@ -52,8 +63,20 @@ class Logger:
             summary_ops.learning_rate(rate, step=step)
 
     def record(self, watched: list, before: list, step: int) -> None:
+        """Write the ratios of `watched` since `before` at `step` (nothing on a worker other
+        than the chief), then judge them."""
         with self._writing():
-            record(watched, before, step, self._histograms, spectral=self._spectral)
+            written = record_ratios(watched, before, step, self._histograms, self._spectral)
+        tags = [w.tag for w in watched]
+        # the shapes the series' metadata holds (None where not fully known)
+        shapes = [layer.shape for layer in ratio_layers(tags, [w.variable for w in watched])]
+        self.judgement.observe(step, tags, shapes, written.ratios, written.skipped)
+        if written.matrices:
+            self.judgement.observe(
+                step, [tags[i] for i in written.matrices],
+                [shapes[i] for i in written.matrices], written.spectral, written.skipped,
+                metadata.METRIC_SPECTRAL,
+            )
 
     def line_search(self, first: int, end: int) -> int:
         """Write the line-search rows of steps first, ..., end - 1; return how many of them

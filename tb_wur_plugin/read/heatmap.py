@@ -1,6 +1,6 @@
 """The heatmap's numbers: a run's ratios as a layers × steps matrix, binned into columns
-and reduced. Pure numpy, no TensorBoard. (The flag rule is in flags.py, the wire encoding of
-the cells in heatmap_wire.py.)
+and reduced. Pure numpy, no TensorBoard. (The judgement is in tb_wur_plugin/judgement/, the
+wire encoding of the cells in web/heatmap_wire.py.)
 
 Columns cover a step range [start, end] in equal ranges of `w` steps (the last one up to
 `end`), the same for every run shown, without gaps or overlap. `w` is the largest common

@@ -2,12 +2,15 @@
 
 Generic readers of event files (tbparse, TensorBoard's own `EventAccumulator`) see one vector
 per step in the packed layout (`metadata`'s protocol version 3); this reads every layout the
-writers have written, through TensorBoard's own loading code (as `tb-wur report` does).
+writers have written, through TensorBoard's own loading code (as `tb-wur report` does), with
+the readable records after a damaged stretch of an event file (read/damage.py); each damaged
+file of a selected run is named in a `RuntimeWarning` (the report's stderr line).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,11 @@ def read_ratios(
       runs by name, each run's layers in model order, each layer's points by step (a step
       written twice: in the order written). Without pandas: a dict of numpy arrays under
       the same names (run and tag as object arrays).
+
+    Warns:
+      RuntimeWarning: per damaged event file of a selected run, "damaged event file RUN/FILE:
+        N bytes unreadable from offset O (after step S)" (its readable records after the
+        damage are in the table).
 
     Raises:
       FileNotFoundError: `logdir` is not a directory.
@@ -80,6 +88,11 @@ def _columns(loaded: report.Logdir, pattern: re.Pattern | None) -> dict[str, np.
         runs = [r for r in runs if pattern.search(r)]
         if not runs:
             raise ValueError(f"run={pattern.pattern!r} selects no run")
+    for line in report.damage_lines({
+        "runs": [{"run": name, "damaged": loaded.damaged(name)} for name in runs],
+        "damaged_runs_without_ratios": {},
+    }):
+        warnings.warn(f"damaged event file {line}", RuntimeWarning, stacklevel=3)
     names, tags, parts = [], [], []
     for name in runs:
         layers = loaded.listings[name].layers

@@ -1,13 +1,17 @@
 """The headless report (`tb-wur report`): a logdir read with TensorBoard's own loading code
 through the data provider interface the plugin uses (run_data.RunData: the same reading,
-model order and skipped steps), judged by the plugin's flag rule (flags.py), with suggested
-learning rates (suggest.py) and a run comparison (compare.py).
+model order and skipped steps), judged by the plugin's judgement (judgement/judge.py), with
+suggested learning rates (suggest.py) and a run comparison (compare.py).
 
 Loading: by default TensorBoard's fast loader (its Rust data server, as
 `tensorboard --load_fast=true` runs it, loading the logdir once); `load_fast=False`, or no
 data server binary installed: the Python loader (`EventMultiplexer` +
 `MultiplexerDataProvider`, as `--load_fast=false`). Both keep `samples` steps per tag
 (default `settings.DEFAULT_SAMPLES_PER_TAG`; 0: all).
+
+Damaged event files (damage.py): a local logdir's event files are checked as the plugin
+checks them; each run's report says which are damaged (`damaged`: its unreadable stretches),
+and the readable records after a stretch are read (run_data).
 """
 
 from __future__ import annotations
@@ -25,45 +29,73 @@ from typing import Iterator
 import numpy as np
 from tensorboard import context as tb_context
 
-from tb_wur_plugin.read import compare, flags, heatmap, run_data, suggest
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE
+from tb_wur_plugin.read import compare, damage, heatmap, run_data, run_listing, suggest
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_BAND, DEFAULT_SAMPLES_PER_TAG
+from tb_wur_plugin.read.settings import ALL_POINTS, DEFAULT_SAMPLES_PER_TAG
 
 _EXPERIMENT = ""
 
 
 class ReportError(Exception):
-    """A report that cannot be made (exit status 2): the message says why, in one line."""
+    """A report that cannot be made (exit status 2): the message says why, in one line;
+    `damage_lines`: the damaged event files of the runs asked for (`damage_lines`), which
+    may be why."""
+
+    def __init__(self, message: str, damage_lines: list[str] | None = None):
+        super().__init__(message)
+        self.damage_lines = damage_lines or []
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """low, high: the explicit band's edges; both None (default): the default judgement;
-    one None: that edge from settings.DEFAULT_BAND (flags.band_of)."""
+    one None: that edge from thresholds.DEFAULT_BAND (judge.band_of)."""
 
     low: float | None = None
     high: float | None = None
-    patience: int = flags.DEFAULT_PATIENCE
+    patience: int = DEFAULT_PATIENCE
     target: float = suggest.DEFAULT_TARGET
     last: int = suggest.DEFAULT_LAST
 
 
 class Logdir:
     """A logdir's wur data, read through a TensorBoard data provider: the ratios of `metric`
-    (one of metadata.METRICS)."""
+    (one of metadata.METRICS), with the records after damaged stretches of its event files
+    when `damage_scanner` scans them (None: not scanned)."""
 
-    def __init__(self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS):
+    def __init__(
+        self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS,
+        damage_scanner: damage.DamageScanner | None = None,
+    ):
         self._ctx = tb_context.RequestContext()
         self.metric = metric
         self.data = run_data.RunData(
             provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
-            index_bytes=0,
+            index_bytes=0, damage_scanner=damage_scanner,
         )
         _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT, metric=metric)
 
     def runs(self) -> list[str]:
         """The runs holding ratio series (per-tag or packed), sorted by name."""
         return sorted(run for run, listing in self.listings.items() if listing.has_ratios())
+
+    def damaged(self, run: str) -> list[damage.Stretch] | None:
+        """The unreadable stretches of `run`'s event files ([]: all whole); None when the
+        logdir's files are not scanned (not a local directory)."""
+        run_damage = self.data.damage(_EXPERIMENT, run)
+        return None if run_damage is None else list(run_damage.stretches)
+
+    def damaged_without_ratios(self) -> dict[str, list[damage.Stretch]]:
+        """The unreadable stretches of the damaged runs that hold no ratio series (none
+        read: the damage may have taken them), by run, sorted by name."""
+        with_ratios = set(self.runs())
+        return {
+            run: list(found.stretches)
+            for run, found in sorted(self.data.damages(_EXPERIMENT).items())
+            if found.stretches and run not in with_ratios
+        }
 
     def matrix(self, run: str) -> heatmap.RunMatrix:
         return self.data.matrix(self._ctx, _EXPERIMENT, run, self.listings[run])
@@ -73,15 +105,15 @@ class Logdir:
         return self.data.layer_columns(self._ctx, _EXPERIMENT, run, self.listings[run], tags, {})
 
     def moving(self, run: str, matrix: heatmap.RunMatrix) -> np.ndarray | None:
-        """`flags.others_moving` of `matrix` (the run's `metric` ratios) against the run's
+        """`judge.others_moving` of `matrix` (the run's `metric` ratios) against the run's
         Frobenius ratios when `metric` is another one (None for Frobenius, or a run without
         Frobenius ratios)."""
         reference = self.data.frobenius_reference(self._ctx, _EXPERIMENT, run, self.metric)
-        return None if reference is None else flags.others_moving(matrix, reference)
+        return None if reference is None else judge.others_moving(matrix, reference)
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
-        """The layer kind of each of `tags` (run_data.layer_kinds)."""
-        return run_data.layer_kinds(self.listings[run], tags)
+        """The layer kind of each of `tags` (run_listing.layer_kinds)."""
+        return run_listing.layer_kinds(self.listings[run], tags)
 
     def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
         return self.data.learning_rate(self._ctx, _EXPERIMENT, run)
@@ -103,6 +135,7 @@ def open_logdir(
         raise ReportError(f"metric must be one of {', '.join(metadata.METRICS)}, got {metric!r}")
     if "://" not in logdir and not os.path.isdir(logdir):
         raise ReportError(f"no such directory: {logdir}")
+    scanner = damage.DamageScanner.for_logdir(logdir)
     if load_fast is not False:
         try:
             from tensorboard.data import server_ingester
@@ -114,9 +147,9 @@ def open_logdir(
             binary = None
         if binary is not None:
             with _data_server(binary.path, logdir, samples) as provider:
-                yield Logdir(provider, samples, metric)
+                yield Logdir(provider, samples, metric, scanner)
             return
-    yield Logdir(_python_provider(logdir, samples), samples, metric)
+    yield Logdir(_python_provider(logdir, samples), samples, metric, scanner)
 
 
 def _python_provider(logdir: str, samples: int):
@@ -186,11 +219,12 @@ def _read(path: str) -> str:
 
 def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
     """One run's report: {"run", "low", "high", "patience", "layers": [{REPORT_FIELDS...,
-    "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}]}, layers
-    in model order (low/high: the explicit band, None for the default judgement)."""
-    band = flags.band_of(settings.low, settings.high)
+    "reason", "text", "skipped_steps", COUNT_FIELDS..., "suggested_learning_rate"}],
+    "damaged": [damage.Stretch, ...] or None}, layers in model order (low/high: the explicit
+    band, None for the default judgement; damaged: `Logdir.damaged`)."""
+    band = judge.band_of(settings.low, settings.high)
     matrix = logdir.matrix(run)
-    judged = flags.judge_layers(
+    judged = judge.judge_layers(
         matrix, settings.low, settings.high, settings.patience,
         logdir.layer_kinds(run, matrix.tags), logdir.moving(run, matrix),
     )
@@ -208,10 +242,11 @@ def run_report(logdir: Logdir, run: str, settings: Settings) -> dict:
         "high": band[1] if band else None,
         "patience": settings.patience,
         "layers": layers,
+        "damaged": logdir.damaged(run),
     }
 
 
-_LAYER_FIELDS = (*flags.REPORT_FIELDS, "reason", "text", *flags.COUNT_FIELDS)
+_LAYER_FIELDS = (*judge.REPORT_FIELDS, "reason", "text", *judge.COUNT_FIELDS)
 
 
 def report(
@@ -219,28 +254,38 @@ def report(
     compare_runs: tuple[str, str] | None = None,
 ) -> dict:
     """The report of the runs whose name `re.search`es `run_pattern` (None: all), and, with
-    `compare_runs`, their comparison.
+    `compare_runs`, their comparison. `damaged_runs_without_ratios`: {run: [damage.Stretch,
+    ...]} of the runs the pattern selects that hold no ratios and have a damaged event file.
 
     Raises:
         ReportError: no run holds ratios, the pattern selects none, or a compared run holds
             no ratios.
     """
     try:
-        flags.band_of(settings.low, settings.high)
+        judge.band_of(settings.low, settings.high)
     except ValueError as e:
         raise ReportError(str(e)) from None
+    pattern = re.compile(run_pattern) if run_pattern is not None else None
+    damaged_others = {
+        run: stretches for run, stretches in logdir.damaged_without_ratios().items()
+        if pattern is None or pattern.search(run)
+    }
+    other_lines = damage_lines({"runs": [], "damaged_runs_without_ratios": damaged_others})
     runs = logdir.runs()
     if not runs:
         raise ReportError(
             "the logdir holds no wur ratios" if logdir.metric == metadata.METRIC_FROBENIUS
-            else f"the logdir holds no {logdir.metric} wur ratios"
+            else f"the logdir holds no {logdir.metric} wur ratios",
+            other_lines,
         )
-    if run_pattern is not None:
-        pattern = re.compile(run_pattern)
+    if pattern is not None:
         runs = [r for r in runs if pattern.search(r)]
         if not runs:
-            raise ReportError(f"--run {run_pattern!r} selects no run")
-    answer: dict = {"runs": [run_report(logdir, run, settings) for run in runs]}
+            raise ReportError(f"--run {run_pattern!r} selects no run", other_lines)
+    answer: dict = {
+        "runs": [run_report(logdir, run, settings) for run in runs],
+        "damaged_runs_without_ratios": damaged_others,
+    }
     if compare_runs is not None:
         known = set(logdir.runs())
         for name in compare_runs:
@@ -255,10 +300,32 @@ def report(
     return answer
 
 
+def damage_lines(answer: dict) -> list[str]:
+    """One line per damaged event file of the reported runs (then of the damaged runs
+    without ratios): "RUN/FILE: N bytes unreadable from offset O (after step S)", a file
+    damaged in several places with each further stretch after "; "."""
+    damaged = [(r["run"], r["damaged"] or []) for r in answer["runs"]]
+    damaged += list(answer["damaged_runs_without_ratios"].items())
+    lines = []
+    for run, run_stretches in damaged:
+        by_file: dict[str, list[damage.Stretch]] = {}
+        for stretch in run_stretches:
+            by_file.setdefault(stretch.file, []).append(stretch)
+        for file, stretches in by_file.items():
+            lines.append(f"{run}/{file}: " + "; ".join(s.describe() for s in stretches))
+    return lines
+
+
+def unchecked(answer: dict) -> bool:
+    """Whether the reported runs' event files were not checked for damage (not a local
+    logdir)."""
+    return any(r["damaged"] is None for r in answer["runs"])
+
+
 def flagged_first(layers: list[dict]) -> list[dict]:
-    """The flagged layers in the order of the tab's flags (flags.flag_order), then the
+    """The flagged layers in the order of the tab's flags (judge.flag_order), then the
     others in model order."""
-    flagged = sorted((l for l in layers if l["flagged"]), key=flags.flag_order)
+    flagged = sorted((l for l in layers if l["flagged"]), key=judge.flag_order)
     return flagged + [l for l in layers if not l["flagged"]]
 
 
@@ -270,17 +337,26 @@ _JSON_LAYER_FIELDS = (*_LAYER_FIELDS, "suggested_learning_rate")
 def to_json(answer: dict) -> dict:
     """The report's JSON (docs/report.md): the contract's shape, layers in model order, plus
     each layer's text, counts and suggested_learning_rate, and per run the band judged
-    against (null: the default judgement) and the suggestions' assumption; non-finite
-    numbers as "NaN", "Infinity", "-Infinity"."""
+    against (null: the default judgement), the suggestions' assumption and its damaged
+    event files (`damaged`: one entry per unreadable stretch, `damage.Stretch.as_json`; null
+    when not checked), and the damaged runs without ratios; non-finite numbers as "NaN",
+    "Infinity", "-Infinity"."""
     out: dict = {
         "runs": [
             {
                 "run": r["run"], "low": r["low"], "high": r["high"], "patience": r["patience"],
                 "suggestions_assume": suggest.ASSUMES,
                 "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]],
+                "damaged": (
+                    None if r["damaged"] is None else [s.as_json() for s in r["damaged"]]
+                ),
             }
             for r in answer["runs"]
-        ]
+        ],
+        "damaged_runs_without_ratios": [
+            {"run": run, "damaged": [s.as_json() for s in stretches]}
+            for run, stretches in answer["damaged_runs_without_ratios"].items()
+        ],
     }
     if "compare" in answer:
         out["compare"] = answer["compare"]
@@ -345,7 +421,14 @@ def to_text(answer: dict, settings: Settings) -> str:
         for l in ordered:
             if l["flagged"]:
                 lines.append(f"  {l['tag']}: {l['text']}")
+        for stretch in r["damaged"] or []:
+            lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
         lines.append(f"  suggested_lr = {suggest.FORMULA}, assuming an {suggest.ASSUMES}")
+        lines.append("")
+    for run, stretches in answer["damaged_runs_without_ratios"].items():
+        lines.append(f"run {run}: no wur ratios read, and damaged event files")
+        for stretch in stretches:
+            lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
         lines.append("")
     if "compare" in answer:
         c = answer["compare"]

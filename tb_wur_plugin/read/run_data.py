@@ -1,20 +1,28 @@
-"""A run's wur data, read through TensorBoard's data provider: which series it lists, their
+"""A run's wur data, read through TensorBoard's data provider: its listings (run_listing), its
 points, and its ratios in model order, as a matrix (all values) and as a step index (which
 steps each layer logged, taken from the matrix), each cached per run until the run's data
-changes.
+changes (lru_cache).
 
-Model order: layers sorted by the first step they logged, then by the position `watch` gave
-them (`index` in the plugin content), then by the time of their first write, then by tag.
+Model order (run_listing): layers sorted by the first step they logged, then by the position
+`watch` gave them, then by the time of their first write, then by tag.
 
-Layouts: a layer's ratios come from per-tag scalar series (`wur_summary.scalar`, and every
-writer before protocol version 3) and from packed series (all layers of a step in one tensor
-per chunk, `metadata`'s protocol version 3), in any mix: a run written before and after an
-upgrade, or whose set of layers changed midway (a new packed tag), reads as one series per
-layer, the points of all its sources merged in the order written (by wall time).
+Layouts: a run whose layers are held by several series (per-tag and packed, run_listing)
+reads as one series per layer, the points of all its sources merged in the order written
+(by wall time).
 
 Skipped steps: a step is skipped when the last value of the run's skipped-step marker
 written at it is 1 and some ratio was logged at it. The marker is read with the ratios (a
 packed series carries its own), so the same steps survive TensorBoard's sampling.
+
+Damaged event files (damage.py): with a `damage.DamageScanner`, each listing also scans the
+listed runs' event files (TensorBoard's runs only: `list_runs`); the points of the records
+after an unreadable stretch, which TensorBoard's loaders do not read, join the data
+provider's: their series are listed (a new one when its metadata is among them, else only
+one the provider lists), and read with the provider's points, the points of a series in the
+order written (by wall time; a point the provider has too, same step and wall time, once),
+downsampled evenly to `downsample` when they are more. The provider's points of a record
+whose data fails its checksum (which the fast loader reads when its data parses) are left
+out. `damage(experiment, run)` says what the run's latest listing found.
 """
 
 from __future__ import annotations
@@ -22,22 +30,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import logging
 import math
 import threading
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Callable, Hashable, TypeVar
 
 import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_provider as multiplexer_provider
+from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider
 
-from tb_wur_plugin.read import heatmap, point_columns, tb_private
+from tb_wur_plugin.read import damage, heatmap, point_columns, tb_private
 from tb_wur_plugin import metadata
 from tb_wur_plugin.read.argument_values import shown
-
-logger = logging.getLogger(__name__)
+from tb_wur_plugin.read.lru_cache import LruCache
+from tb_wur_plugin.read.run_listing import PackedSource, RunListing, Series, kind
 
 # Tags read per data-provider call when a run's matrix is read (bounds the points held).
 _READ_BATCH_TAGS = 32
@@ -46,95 +54,7 @@ _TRANSPOSED_STEPS = 256
 # Scalar listings kept (by experiment and runs asked for) with the Python loader.
 _KEPT_LISTINGS = 64
 
-# A data provider's listing of one series (provider.ScalarTimeSeries or TensorTimeSeries).
-Series = Any
 Method = TypeVar("Method", bound=Callable)
-
-
-# --- series classification ----------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_content(content: bytes) -> dict | None:
-    """Parsed once per distinct content: every request classifies and orders every series."""
-    try:
-        return metadata.parse_plugin_content(content)
-    except ValueError as e:
-        logger.warning("skipping a wur series: %s", e)
-        return None
-
-
-def kind(series: Series) -> str | None:
-    """The series' kind (one of metadata.KINDS); None when its plugin content is unreadable
-    (the series is then ignored, with a warning logged once per distinct content)."""
-    content = _parse_content(series.plugin_content)
-    return content["kind"] if content else None
-
-
-def model_index(series: Series) -> float:
-    """The position `watch` gave the layer among the variables written together; +inf when
-    the series has none."""
-    content = _parse_content(series.plugin_content)
-    index = content.get("index") if content else None
-    return math.inf if index is None else index
-
-
-def layer_shape(series: Series) -> list[int] | None:
-    """The shape of a ratio series' variable: the plugin content's ``shape``; for a series
-    written without one, the shape its description names (metadata.shape_from_description);
-    None when neither says."""
-    content = _parse_content(series.plugin_content)
-    shape = content.get("shape") if content else None
-    if shape is not None:
-        return shape
-    return metadata.shape_from_description(getattr(series, "description", None))
-
-
-def layer_kinds(listing: "RunListing", tags: tuple[str, ...] | list[str]) -> list[str]:
-    """The layer kind (metadata.layer_kind: matrix, vector, unknown) of each of `tags`, the
-    ratio tags of `listing` (a tag it does not list: unknown)."""
-    return [metadata.layer_kind(listing.shape(tag)) for tag in tags]
-
-
-def of_kind(series_by_tag: dict[str, Series], series_kind: str) -> dict[str, Series]:
-    """The series of `series_by_tag` of kind `series_kind`, by tag."""
-    return {tag: s for tag, s in series_by_tag.items() if kind(s) == series_kind}
-
-
-def line_search_series(series_by_tag: dict[str, Series]) -> dict[str, str]:
-    """The line-search series of `series_by_tag`: {series name (one of
-    metadata.LINE_SEARCH_SERIES, from the plugin content): tag}."""
-    found = {}
-    for tag, series in series_by_tag.items():
-        content = _parse_content(series.plugin_content)
-        if content and content["kind"] == metadata.KIND_LINE_SEARCH:
-            found[content["series"]] = tag
-    return found
-
-
-def marker_of(series_by_tag: dict[str, Series]) -> Series | None:
-    """The run's skipped-step marker series, or None."""
-    series = series_by_tag.get(metadata.SKIPPED_STEP_TAG)
-    return series if series is not None and kind(series) == metadata.KIND_SKIPPED_STEP else None
-
-
-def with_ratios(
-    listing: "RunListing", run: str, metric: str = metadata.METRIC_FROBENIUS
-) -> "RunListing":
-    """`listing`, the listing of `run`'s `metric` ratios.
-
-    Raises:
-        errors.NotFoundError: the run lists no ratio series (per-tag or packed) of `metric`.
-    """
-    if not listing.has_ratios():
-        what = "wur ratios" if metric == metadata.METRIC_FROBENIUS else f"{metric} wur ratios"
-        raise errors.NotFoundError(f"no {what} in run {shown(run)}")
-    return listing
-
-
-def by_step(points: list) -> list:
-    """`points` sorted by step; points of the same step stay in the order they were written."""
-    return sorted(points, key=lambda p: p.step)
 
 
 # --- what is read and cached per run ------------------------------------------------------
@@ -179,140 +99,6 @@ class StepIndex:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class PackedSource:
-    """One packed series of a run: its listing, its layers (in the order of its values) and
-    the model position of its first layer."""
-
-    series: Series
-    layers: tuple[metadata.PackedLayer, ...]
-    offset: int
-
-
-@dataclasses.dataclass(frozen=True)
-class RunListing:
-    """What a run's listing says of its ratios: the per-tag ratio series by tag, its
-    skipped-step marker series (None: it has none), its packed ratio and histogram series by
-    tag, and which of them hold each layer."""
-
-    ratios: dict[str, Series]
-    marker: Series | None
-    packed: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
-    packed_histograms: dict[str, PackedSource] = dataclasses.field(default_factory=dict)
-    metric: str = metadata.METRIC_FROBENIUS
-    metrics: tuple[str, ...] = ()
-
-    @classmethod
-    def of(
-        cls, scalars: dict[str, Series], tensors: dict[str, Series] | None = None,
-        metric: str = metadata.METRIC_FROBENIUS,
-    ) -> "RunListing":
-        """The listing of a run's wur scalar and tensor series, each by tag, holding the
-        ratios of `metric` (one of metadata.METRICS): Frobenius ratios are the per-tag
-        ratio series and the packed ratios, spectral ratios the packed spectral series.
-        `metrics` names the metrics the run has ratios of, in metadata.METRICS order.
-
-        Raises:
-            ValueError: `metric` is not one of metadata.METRICS.
-        """
-        kind_wanted = metadata.packed_ratio_kind(metric)
-        tensors = tensors or {}
-        per_tag = of_kind(scalars, metadata.KIND_RATIO)
-        frobenius = _packed_sources(tensors, metadata.KIND_PACKED_RATIOS)
-        spectral = _packed_sources(tensors, metadata.KIND_PACKED_SPECTRAL)
-        metrics = tuple(
-            m for m, present in (
-                (metadata.METRIC_FROBENIUS, bool(per_tag) or bool(frobenius)),
-                (metadata.METRIC_SPECTRAL, bool(spectral)),
-            ) if present
-        )
-        return cls(
-            per_tag if metric == metadata.METRIC_FROBENIUS else {},
-            marker_of(scalars),
-            frobenius if kind_wanted == metadata.KIND_PACKED_RATIOS else spectral,
-            _packed_sources(tensors, metadata.KIND_PACKED_HISTOGRAMS),
-            metric,
-            metrics,
-        )
-
-    @functools.cached_property
-    def layers(self) -> dict[str, tuple[float, list[str]]]:
-        """{layer tag: (its model position, [the tags of the series holding its ratios])}
-        of every layer: the per-tag series first, then the packed series by tag."""
-        found: dict[str, tuple[float, list[str]]] = {}
-        for tag, series in self.ratios.items():
-            found[tag] = (model_index(series), [tag])
-        for packed_tag in sorted(self.packed):
-            source = self.packed[packed_tag]
-            for i, layer in enumerate(source.layers):
-                entry = found.setdefault(layer.tag, (source.offset + i, []))
-                entry[1].append(packed_tag)
-        return found
-
-    def has_ratios(self) -> bool:
-        return bool(self.ratios) or bool(self.packed)
-
-    def description(self, tag: str) -> str:
-        """The description of layer `tag`'s ratios (of its per-tag series, else of the last
-        packed series, by tag, that holds it)."""
-        series = self.ratios.get(tag)
-        if series is not None:
-            return series.description
-        for packed_tag in reversed(self.layers[tag][1]):
-            for layer in self.packed[packed_tag].layers:
-                if layer.tag == tag:
-                    return layer.described()
-        return ""
-
-    def shape(self, tag: str) -> list[int] | None:
-        """The shape of layer `tag`'s variable (None: not known), as `layer_shape`."""
-        series = self.ratios.get(tag)
-        if series is not None:
-            shape = layer_shape(series)
-            if shape is not None:
-                return shape
-        for packed_tag in self.layers.get(tag, (0, []))[1]:
-            if packed_tag in self.packed:
-                for layer in self.packed[packed_tag].layers:
-                    if layer.tag == tag:
-                        if layer.shape is not None:
-                            return list(layer.shape)
-                        described = metadata.shape_from_description(layer.description)
-                        if described is not None:
-                            return described
-        return None
-
-    def histogram_layers(self) -> dict[str, list[str]]:
-        """{layer tag: [the packed histogram tags holding it]}."""
-        found: dict[str, list[str]] = {}
-        for packed_tag in sorted(self.packed_histograms):
-            for layer in self.packed_histograms[packed_tag].layers:
-                found.setdefault(layer.tag, []).append(packed_tag)
-        return found
-
-    @property
-    def signature(self) -> tuple:
-        """Changes whenever a series gains a later step or a later write."""
-        marker = self.marker
-        return tuple(
-            sorted((tag, s.max_step, s.max_wall_time) for tag, s in self.ratios.items())
-        ) + ((marker.max_step, marker.max_wall_time) if marker is not None else (None,)) + tuple(
-            sorted((tag, p.series.max_step, p.series.max_wall_time) for tag, p in self.packed.items())
-        )
-
-
-def _packed_sources(tensors: dict[str, Series], kind_wanted: str) -> dict[str, PackedSource]:
-    """The packed series of kind `kind_wanted` among a run's tensor series, by tag."""
-    found = {}
-    for tag, series in tensors.items():
-        content = _parse_content(series.plugin_content)
-        if content and content["kind"] == kind_wanted:
-            found[tag] = PackedSource(
-                series, tuple(metadata.packed_layers(content)), content["offset"]
-            )
-    return found
-
-
 def _one_call_per_run(method: Method) -> Method:
     """`method` of RunData, one call at a time per (experiment, run): of many requests that
     find a run missing from the cache, one reads it and the others then find it cached,
@@ -335,32 +121,69 @@ class RunData:
         matrix_bytes: memory the cached matrices may hold together (the least recently used
             are dropped beyond it; the last one is always kept).
         index_bytes: the same for the cached step indexes.
+        damage_scanner: the scanner of the logdir's event files (module docstring); None:
+            they are not scanned (`damage` then says None).
     """
 
     def __init__(
         self, data_provider: provider.DataProvider, downsample: int, matrix_bytes: int,
-        index_bytes: int,
+        index_bytes: int, damage_scanner: damage.DamageScanner | None = None,
     ):
         self._provider = data_provider
+        self._damage_scanner = damage_scanner
+        self._damage: dict[tuple[str, str], damage.RunDamage] = {}  # by (experiment, run)
         self._downsample = downsample
-        self._matrices = _RunCache(matrix_bytes)
-        self._indexes = _RunCache(index_bytes)
+        self._matrices: LruCache[heatmap.RunMatrix] = LruCache(max_bytes=matrix_bytes)
+        self._indexes: LruCache[StepIndex] = LruCache(max_bytes=index_bytes)
         self._run_locks = _RunLocks()
         self._keep_listings = isinstance(
             data_provider, multiplexer_provider.MultiplexerDataProvider
         )
-        self._listings: dict[tuple, tuple[dict, dict]] = {}
-        self._listings_lock = threading.Lock()
+        self._listings: LruCache[dict] = LruCache(max_entries=_KEPT_LISTINGS)
+
+    def damage(self, experiment: str, run: str) -> damage.RunDamage | None:
+        """The damage of `run`'s event files as its latest listing found it; None when the
+        event files are not scanned, or `run` was not listed yet."""
+        return self._damage.get((experiment, run))
+
+    def damages(self, experiment: str) -> dict[str, damage.RunDamage]:
+        """The damage of every run listed so far (with or without wur data), by run."""
+        return {run: found for (e, run), found in list(self._damage.items()) if e == experiment}
+
+    def _scan_damage(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, damage.RunDamage]:
+        """The damage of `runs` (None: all runs) that TensorBoard knows (never a directory a
+        request names otherwise), each kept for `damage`; {} without a scanner."""
+        if self._damage_scanner is None:
+            return {}
+        known = [r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment)]
+        wanted = known if runs is None else sorted(set(runs) & set(known))
+        found = {run: self._damage_scanner.scan(run) for run in wanted}
+        for run, run_damage in found.items():
+            self._damage[(experiment, run)] = run_damage
+        return found
 
     def list_scalars(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
     ) -> dict[str, dict[str, Series]]:
-        """The wur scalar series of `runs` (None: all runs), by run and tag.
+        """The wur scalar series of `runs` (None: all runs), by run and tag, with those of
+        the records after an unreadable stretch (module docstring).
 
         With the Python loader, whose listing visits every point held (to find each series'
-        last step and write), the listing is kept while each series' last point (its
-        `read_last_scalars`, one point per series) stays the same.
+        last step and write), the provider's listing is kept while each series' last point
+        (its `read_last_scalars`, one point per series) stays the same.
         """
+        return _with_recovered_series(
+            self._provider_scalars(ctx, experiment, runs),
+            self._scan_damage(ctx, experiment, runs), provider.ScalarTimeSeries,
+        )
+
+    def _provider_scalars(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, dict[str, Series]]:
+        """The data provider's wur scalar series of `runs` (None: all runs), by run and tag
+        (`list_scalars`, without the recovered ones)."""
         run_tag_filter = provider.RunTagFilter(runs=runs) if runs else None
         if not self._keep_listings:
             return self._provider.list_scalars(
@@ -376,25 +199,28 @@ class RunData:
             (run, tag): (p.step, p.wall_time)
             for run, by_tag in last.items() for tag, p in by_tag.items()
         }
-        with self._listings_lock:
-            kept = self._listings.get(key)
-        if kept is not None and kept[0] == probe:
-            listing = kept[1]
-        else:
+        listing = self._listings.get(key, probe)
+        if listing is None:
             listing = self._provider.list_scalars(
                 ctx, experiment_id=experiment, plugin_name=metadata.PLUGIN_NAME,
                 run_tag_filter=run_tag_filter,
             )
-            with self._listings_lock:
-                if len(self._listings) >= _KEPT_LISTINGS:
-                    self._listings.clear()
-                self._listings[key] = (probe, listing)
+            self._listings.put(key, probe, listing)
         return {run: dict(series) for run, series in listing.items()}  # callers' own copy
 
     def list_tensors(
         self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None = None
     ) -> dict[str, dict[str, Series]]:
-        """The wur tensor series of `runs` (None: all runs), by run and tag."""
+        """The wur tensor series of `runs` (None: all runs), by run and tag, with those of
+        the records after an unreadable stretch."""
+        return _with_recovered_series(
+            self._provider_tensors(ctx, experiment, runs),
+            self._scan_damage(ctx, experiment, runs), provider.TensorTimeSeries,
+        )
+
+    def _provider_tensors(
+        self, ctx: tb_context.RequestContext, experiment: str, runs: list[str] | None
+    ) -> dict[str, dict[str, Series]]:
         return self._provider.list_tensors(
             ctx,
             experiment_id=experiment,
@@ -408,8 +234,13 @@ class RunData:
     ) -> tuple[dict[str, dict[str, Series]], dict[str, dict[str, Series]], dict[str, RunListing]]:
         """(the scalar series, the tensor series, the `RunListing` of `metric`'s ratios) of
         `runs` (None: all runs with wur data), each by run."""
-        scalars = self.list_scalars(ctx, experiment, runs)
-        tensors = self.list_tensors(ctx, experiment, runs)
+        found = self._scan_damage(ctx, experiment, runs)
+        scalars = _with_recovered_series(
+            self._provider_scalars(ctx, experiment, runs), found, provider.ScalarTimeSeries
+        )
+        tensors = _with_recovered_series(
+            self._provider_tensors(ctx, experiment, runs), found, provider.TensorTimeSeries
+        )
         listings = {
             run: RunListing.of(scalars.get(run, {}), tensors.get(run, {}), metric)
             for run in sorted(set(scalars) | set(tensors))
@@ -429,7 +260,7 @@ class RunData:
         self, ctx: tb_context.RequestContext, experiment: str, run: str, metric: str
     ) -> heatmap.RunMatrix | None:
         """The matrix of `run`'s Frobenius ratios when its `metric` ratios are judged and
-        `metric` is another one (the evidence that the run moves: `flags.others_moving`);
+        `metric` is another one (the evidence that the run moves: `judge.others_moving`);
         None for the Frobenius ratios themselves, or a run without Frobenius ratios."""
         if metric == metadata.METRIC_FROBENIUS:
             return None
@@ -450,7 +281,7 @@ class RunData:
                 np.array([p.wall_time for p in points], np.float64),
                 [np.asarray(p.numpy) for p in points],
             ),
-            ctx, experiment, run, tags,
+            _recovered_tensors, ctx, experiment, run, tags,
         )
 
     def read_packed(
@@ -601,12 +432,17 @@ class RunData:
         loaders without a Python object per point (`tb_private.read_scalar_columns`)."""
         return self._columns(
             tb_private.read_scalar_columns, self._provider.read_scalars, point_columns.of_points,
-            ctx, experiment, run, tags,
+            _recovered_scalars, ctx, experiment, run, tags,
         )
 
-    def _columns(self, read_columns, read_public, columns_of, ctx, experiment, run, tags):
+    def _columns(
+        self, read_columns, read_public, columns_of, recovered_of, ctx, experiment, run, tags
+    ):
         """`read_columns` (a `tb_private` reader) of `tags` of `run`; with another data
-        provider, its `read_public` with each series' points made columns by `columns_of`."""
+        provider, its `read_public` with each series' points made columns by `columns_of`;
+        with the points recovered after the run's unreadable stretches (`recovered_of` makes
+        a `damage.RecoveredSeries` columns of the same kind) merged in, and the points of its
+        records whose data fails its checksum (`damage.RunDamage.untrusted`) left out."""
         arguments = dict(
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
@@ -615,20 +451,49 @@ class RunData:
         )
         columns = read_columns(self._provider, ctx, **arguments)
         if columns is not None:
-            return columns.get(run, {})
-        by_tag = read_public(ctx, **arguments).get(run, {})
-        return {tag: columns_of(by_tag.pop(tag)) for tag in list(by_tag)}
+            found = columns.get(run, {})
+        else:
+            by_tag = read_public(ctx, **arguments).get(run, {})
+            found = {tag: columns_of(by_tag.pop(tag)) for tag in list(by_tag)}
+        run_damage = self._damage.get((experiment, run))
+        if run_damage is not None:
+            for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in found:
+                    found[tag] = _without(found[tag], untrusted)
+                recovered = run_damage.recovered.get(tag)
+                if recovered is not None:
+                    found[tag] = _joined(found.get(tag), recovered_of(recovered), self._downsample)
+        return found
 
     def _read(self, read, ctx, experiment: str, run: str, tags: list[str]) -> dict[str, list]:
-        """`read` (the provider's read_scalars) of `tags` of `run`."""
+        """`read` (the provider's read_scalars) of `tags` of `run`, with the points recovered
+        after the run's unreadable stretches merged in and those of its records whose data
+        fails its checksum left out (as `_columns` does)."""
         data = read(
             ctx,
             experiment_id=experiment,
             plugin_name=metadata.PLUGIN_NAME,
             downsample=self._downsample,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags),
-        )
-        return data.get(run, {})
+        ).get(run, {})
+        run_damage = self._damage.get((experiment, run))
+        if run_damage is not None:
+            for tag in tags:
+                untrusted = run_damage.untrusted.get(tag)
+                if untrusted and tag in data:
+                    data[tag] = [p for p in data[tag] if (p.step, p.wall_time) not in untrusted]
+                recovered = run_damage.recovered.get(tag)
+                if recovered is not None:
+                    steps, wall_times, values = _joined(
+                        point_columns.of_points(data.get(tag, [])),
+                        _recovered_scalars(recovered), self._downsample,
+                    )
+                    data[tag] = [
+                        provider.ScalarDatum(step=int(s), wall_time=float(w), value=float(v))
+                        for s, w, v in zip(steps, wall_times, values)
+                    ]
+        return data
 
     def learning_rate(
         self, ctx: tb_context.RequestContext, experiment: str, run: str
@@ -796,6 +661,92 @@ class RunData:
         return series, skipped_steps
 
 
+def _with_recovered_series(
+    listed: dict[str, dict[str, Series]], found: dict[str, damage.RunDamage], series_class: type,
+) -> dict[str, dict[str, Series]]:
+    """`listed` (the provider's series of one data class, by run and tag) with the series
+    of the points recovered in `found` (each run's damage): a listed series extended to their
+    last step and write; a series the provider does not list added when the recovered points
+    carry its wur metadata of this data class (`series_class`: `provider.ScalarTimeSeries` or
+    `TensorTimeSeries`)."""
+    data_class = (
+        summary_pb2.DATA_CLASS_SCALAR if series_class is provider.ScalarTimeSeries
+        else summary_pb2.DATA_CLASS_TENSOR
+    )
+    for run, run_damage in found.items():
+        if not run_damage.recovered:
+            continue
+        series = dict(listed.get(run, {}))
+        for tag, recovered in run_damage.recovered.items():
+            known = series.get(tag)
+            described = recovered.metadata
+            if known is None and (
+                described is None or described.data_class != data_class
+                or described.plugin_data.plugin_name != metadata.PLUGIN_NAME
+            ):
+                continue
+            series[tag] = series_class(
+                max_step=int(max(recovered.steps.max(), known.max_step if known else -2**63)),
+                max_wall_time=float(
+                    max(recovered.wall_times.max(), known.max_wall_time if known else -math.inf)
+                ),
+                plugin_content=known.plugin_content if known else described.plugin_data.content,
+                description=known.description if known else described.summary_description,
+                display_name=known.display_name if known else described.display_name,
+            )
+        listed[run] = series
+    return listed
+
+
+def _without(columns, untrusted: frozenset[tuple[int, float]]):
+    """`columns` (scalar or tensor columns) without the points whose (step, wall time) is
+    one of `untrusted`."""
+    steps, wall_times, values = columns
+    keep = np.array(
+        [(s, w) not in untrusted for s, w in zip(steps.tolist(), wall_times.tolist())], bool
+    )
+    if keep.all():
+        return columns
+    if isinstance(values, list):
+        return steps[keep], wall_times[keep], [v for v, k in zip(values, keep) if k]
+    return steps[keep], wall_times[keep], values[keep]
+
+
+def _recovered_scalars(recovered: damage.RecoveredSeries) -> point_columns.PointColumns:
+    """The recovered points of a scalar series as columns (a value that is not one number:
+    not a scalar's point, left out)."""
+    scalar = np.array([v.size == 1 for v in recovered.values], bool)
+    values = np.array([v.item() for v in recovered.values if v.size == 1], np.float64)
+    return recovered.steps[scalar], recovered.wall_times[scalar], values
+
+
+def _recovered_tensors(recovered: damage.RecoveredSeries) -> point_columns.TensorColumns:
+    return recovered.steps, recovered.wall_times, list(recovered.values)
+
+
+def _joined(provided, recovered, limit: int):
+    """A series' points from the provider (columns, or None) and recovered after unreadable
+    stretches (columns of the same kind), as one: a recovered point the provider has too
+    (same step and wall time) once, all in the order written (by wall time, each part's
+    points in their order), evenly downsampled to `limit` (the last point kept) when more."""
+    steps, wall_times, values = recovered
+    if provided is not None and len(provided[0]):
+        have = set(zip(provided[0].tolist(), provided[1].tolist()))
+        new = np.array([(s, w) not in have for s, w in zip(steps.tolist(), wall_times.tolist())], bool)
+        steps = np.concatenate([provided[0], steps[new]])
+        wall_times = np.concatenate([provided[1], wall_times[new]])
+        if isinstance(values, list):
+            values = list(provided[2]) + [v for v, keep in zip(values, new) if keep]
+        else:
+            values = np.concatenate([provided[2], values[new]])
+    order = np.argsort(wall_times, kind="stable")
+    if len(order) > limit:
+        order = order[np.unique(np.linspace(0, len(order) - 1, limit).round().astype(np.int64))]
+    if isinstance(values, list):
+        return steps[order], wall_times[order], [values[i] for i in order]
+    return steps[order], wall_times[order], values[order]
+
+
 def _merged(parts: list[point_columns.PointColumns]) -> point_columns.PointColumns:
     """The points of several series of one layer as one, in the order written: by wall
     time, the points of one series in their order."""
@@ -824,36 +775,6 @@ def _last_written_index(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(steps, kind="stable")[::-1]
     distinct, first = np.unique(steps[order], return_index=True)
     return distinct, order[first]
-
-
-class _RunCache:
-    """Values by (experiment, run), each valid for one data signature; the least recently
-    used are dropped while their `nbytes` add up to more than `max_bytes` (the last one put
-    is always kept)."""
-
-    def __init__(self, max_bytes: int):
-        self._max_bytes = max_bytes
-        self._entries: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, signature: tuple) -> Any | None:
-        """The value put for `key` with `signature`; None if there is none."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != signature:
-                return None
-            self._entries.move_to_end(key)
-            return entry[1]
-
-    def put(self, key: Hashable, signature: tuple, value: Any) -> None:
-        """Keeps `value` for `key` and `signature`, replacing what `key` held."""
-        with self._lock:
-            self._entries[key] = (signature, value)
-            self._entries.move_to_end(key)
-            total = sum(v.nbytes for _, v in self._entries.values())
-            while total > self._max_bytes and len(self._entries) > 1:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                total -= dropped.nbytes
 
 
 class _RunLocks:

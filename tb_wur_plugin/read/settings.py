@@ -4,5 +4,3 @@
 DEFAULT_SAMPLES_PER_TAG = 100_000
 # Read requests ask for this many points when the user keeps all of them (=0).
 ALL_POINTS = 2**31 - 1
-# The band `/flags` and `tb-wur report` judge against when none is given.
-DEFAULT_BAND = (1e-4, 1e-2)

@@ -14,7 +14,7 @@ between the families is the target worth aiming at: an Adam-type ratio of about 
 (default 1e-3, an SGD rule of thumb) is for the user to choose per optimizer.
 
 A layer whose ratios are not finite (NaN at any logged step, or +inf after the first update
-that moved it: flags.py's rule) gets no
+that moved it: the judgement's nan and inf) gets no
 suggestion: its learning rate is not what is wrong, or not the only thing.
 
 Per layer, over its last `last` logged steps: the steps S among them that the optimizer did

@@ -7,6 +7,7 @@ callback's TensorFlow backend, `armijo` and `compat.v1`.
 - `capture`: the changes an update made, read without a second copy where possible.
 - `ratios`: ‖Δw‖ / ‖w‖ and the elementwise histograms of many variables, in TensorFlow.
 - `bucketing`: the protocol's histogram buckets, in TensorFlow.
+- `spectral`: spectral update ratios ‖ΔW‖₂ / ‖W‖₂ in TensorFlow, warm-started per variable.
 - `batched_write`: one event for all the values of a step, written by a single op.
 - `recording`: the default writer, recording state and metadata-once bookkeeping.
 - `tf_private`: every private TensorFlow API the package uses.

@@ -22,7 +22,7 @@ from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write import tf_private
-from tb_wur_plugin.events.event_file import value_prefix, varint
+from tb_wur_plugin.event_write.event_file import value_prefix, varint, vector_fields
 
 # the tags' `SummaryMetadata`, and whether an event carries it (a bool or boolean tensor;
 # for the packed writers also a sequence of them, or a boolean vector, one per chunk)
@@ -171,7 +171,7 @@ def write_packed_ratios(
     for include in (True, False):
         prefixes.append([
             value_prefix(c.tag, c.metadata if include else None,
-                         _vector_fields(tf.float32.as_datatype_enum, length // 4, length), length)
+                         vector_fields(tf.float32.as_datatype_enum, length // 4, length), length)
             for c, length in zip(chunks, lengths)
         ])
     serialized = tf.io.serialize_tensor(values)  # ends with the data
@@ -202,18 +202,6 @@ def write_packed_histograms(
         [c.tag for c in chunks], [c.metadata for c in chunks], data, lengths, step, writer,
         include_metadata,
     )
-
-
-@functools.lru_cache(maxsize=4096)
-def _vector_fields(dtype: int, length: int, data_bytes: int) -> bytes:
-    """TensorProto {dtype, tensor_shape [length]} and the header of its `tensor_content`
-    (field 4) of `data_bytes` bytes, which follow (as `SummaryWriter` writes a vector)."""
-    return tensor_pb2.TensorProto(
-        dtype=dtype,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=length)]
-        ),
-    ).SerializeToString() + b"\x22" + varint(data_bytes)
 
 
 # --- per-tag series ------------------------------------------------------------------------

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import tensorflow as tf
 
+from tb_wur_plugin import metadata
 from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.tf_write.batched_write import (
     histogram_chunks,
@@ -103,6 +105,86 @@ def record(
     writer = default_writer_resource("wur_summary.watch")
     if writer is None:  # no writer, or one that writes nothing
         return False if tf.executing_eagerly() else tf.constant(False)
+    written, _ = _record(writer, watched, before, step, histograms, changes, spectral)
+    return written
+
+
+class StepRatios(NamedTuple):
+    """A logged step's ratios on the host, as `record_ratios` wrote them (or, with no
+    writer, would have).
+
+    Attributes:
+      ratios: float32[len(watched)], each variable's ratio as stored (`to_stored_scalar`).
+      skipped: the step's skipped-step marker.
+      matrices: the indices in `watched` of the variables with a spectral ratio.
+      spectral: float32[len(matrices)], their spectral ratios as stored (empty without
+        `spectral`).
+    """
+
+    ratios: np.ndarray
+    skipped: bool
+    matrices: tuple[int, ...]
+    spectral: np.ndarray
+
+
+def record_ratios(
+    watched: Sequence[WatchedVariable],
+    before: Sequence[tf.Tensor],
+    step: int,
+    histograms: bool = False,
+    spectral: bool = False,
+) -> StepRatios:
+    """Eagerly, `record` (to the default writer) and the ratios it wrote brought to the
+    host: one copy of the stored float32 ratios, the marker and the spectral ratios, for
+    the judgement while training (the Keras callback). With no writer or a no-op writer (a
+    non-chief worker of a multi-worker strategy) the same ratios are computed, by the same
+    ops on the same values, and nothing is written.
+
+    Args:
+      watched, before, step, histograms, spectral: as for `record`.
+
+    Returns:
+      The step's `StepRatios`.
+
+    Raises:
+      RuntimeError: called inside a `tf.function`, or the default writer is closed.
+    """
+    if not tf.executing_eagerly():
+        raise RuntimeError("record_ratios runs eagerly only")
+    changes = [None] * len(watched)
+    variables = [w.variable for w in watched]
+    matrices = _matrices(variables, spectral)
+    writer = default_writer_resource("WeightUpdateRatioCallback")
+    if writer is None:
+        values = _ratio_values_traced(
+            variables, list(before), changes, matrices=matrices,
+            vectors=warm_vectors([variables[i] for i in matrices]),
+        )
+    else:
+        _, values = _record(writer, watched, before, step, histograms, changes, spectral)
+    host = np.asarray(values)  # the one copy to the host
+    count = len(watched)
+    return StepRatios(host[:count], bool(host[count]), matrices, host[count + 1:])
+
+
+def _matrices(variables: Sequence[Any], spectral: bool) -> tuple[int, ...]:
+    """The indices of the variables with a spectral ratio (none without `spectral`)."""
+    return tuple(
+        i for i, v in enumerate(variables) if spectral and matrix_shape(v) is not None
+    )
+
+
+def _record(
+    writer: tf.Tensor,
+    watched: Sequence[WatchedVariable],
+    before: Sequence[tf.Tensor],
+    step: Any,
+    histograms: bool,
+    changes: Sequence[tf.Tensor | None] | None,
+    spectral: bool,
+) -> tuple[bool | tf.Tensor, tf.Tensor]:
+    """The body of `record` with a writer: (whether it wrote, the values written as
+    `_ratio_values` gives them), eagerly a bool and a tensor on the device."""
     tags = tuple(w.tag for w in watched)
     variables = [w.variable for w in watched]
     changes = list(changes or [None] * len(watched))
@@ -112,9 +194,7 @@ def record(
     histograms_once = [
         MetadataOnce(writer_object, (c.tag,)) for c in histogram_chunks(tags)
     ] if histograms else []
-    matrices = tuple(
-        i for i, v in enumerate(variables) if spectral and matrix_shape(v) is not None
-    )
+    matrices = _matrices(variables, spectral)
     spectral_once = [
         MetadataOnce(writer_object, (c.tag,))
         for c in spectral_chunks([tags[i] for i in matrices], [variables[i] for i in matrices])
@@ -127,13 +207,13 @@ def record(
         include = tuple(tf.constant(flags) for flags in include)  # one trace for all
     else:
         write = _write_ratios
-    written = write(
+    written, values = write(
         tags, variables, list(before), _read_step(step), histograms, writer, changes, *include,
         matrices=matrices, vectors=warm_vectors([variables[i] for i in matrices]),
     )
     for once in ratios_once + histograms_once + spectral_once:
         written = once.written(written)
-    return bool(written) if tf.executing_eagerly() else written
+    return (bool(written) if tf.executing_eagerly() else written), values
 
 
 @contextlib.contextmanager
@@ -299,21 +379,18 @@ def _write_ratios(
     *,
     matrices: tuple[int, ...] = (),
     vectors: Sequence[tuple[tf.Variable, tf.Variable]] = (),
-) -> tf.Tensor:
+) -> tuple[tf.Tensor, tf.Tensor]:
     """The body of `record`: the packed ratios with the skipped-step marker, the packed
     histograms, and the packed spectral ratios of the variables at `matrices` (warm-started
     from `vectors`, `spectral.warm_vectors`) with the same marker, in up to three events,
     each chunk with its metadata where `ratios_metadata` / `histograms_metadata` /
     `spectral_metadata` say so (a bool or boolean tensor for all chunks, or one per chunk:
-    `batched_write.write_packed_ratios`)."""
-    for old, variable in zip(before, variables):
-        old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
-    ratios = update_ratios(before, variables, changes)  # large variables read one at a time
-    skipped = tf.cast(tf.reduce_all(tf.math.equal(ratios, 0)), tf.float32)
+    `batched_write.write_packed_ratios`). Returns (True once written, the values written:
+    `_ratio_values`)."""
+    stored, skipped = _frobenius_values(variables, before, changes)
     written = [
         write_packed_ratios(
-            ratio_chunks(tags, variables), to_stored_scalar(ratios), skipped, step, writer,
-            ratios_metadata,
+            ratio_chunks(tags, variables), stored, skipped, step, writer, ratios_metadata,
         )
     ]
     if histograms:
@@ -323,24 +400,70 @@ def _write_ratios(
                 writer, histograms_metadata,
             )
         )
+    spectral = _spectral_values(variables, before, changes, matrices, vectors)
     if matrices:
-        ratios = spectral_ratios(
-            [before[i] for i in matrices], [variables[i] for i in matrices],
-            [changes[i] for i in matrices], vectors,
-        )
         written.append(
             write_packed_ratios(
                 spectral_chunks([tags[i] for i in matrices], [variables[i] for i in matrices]),
-                to_stored_scalar(ratios), skipped, step, writer, spectral_metadata,
+                spectral, skipped, step, writer, spectral_metadata,
             )
         )
-    return tf.reduce_all(tf.stack(written))
+    return tf.reduce_all(tf.stack(written)), _values_vector(stored, skipped, spectral)
+
+
+def _ratio_values(
+    variables: list[tf.Variable],
+    before: list[tf.Tensor],
+    changes: list[tf.Tensor | None],
+    *,
+    matrices: tuple[int, ...] = (),
+    vectors: Sequence[tuple[tf.Variable, tf.Variable]] = (),
+) -> tf.Tensor:
+    """What `_write_ratios` writes, by the same ops, without writing (`_values_vector`)."""
+    stored, skipped = _frobenius_values(variables, before, changes)
+    spectral = _spectral_values(variables, before, changes, matrices, vectors)
+    return _values_vector(stored, skipped, spectral)
+
+
+def _values_vector(stored: tf.Tensor, skipped: tf.Tensor, spectral: tf.Tensor) -> tf.Tensor:
+    """One float32 vector, for one copy to the host: the stored ratios (n), the skipped-step
+    marker (1 or 0) and the stored spectral ratios of the variables at `matrices`."""
+    return tf.concat([stored, tf.reshape(skipped, [1]), spectral], 0)
+
+
+def _frobenius_values(
+    variables: list[tf.Variable], before: list[tf.Tensor], changes: list[tf.Tensor | None],
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The ratios as stored (float32[n]) and the skipped-step marker (float32 1 or 0)."""
+    for old, variable in zip(before, variables):
+        old.set_shape(variable.shape)  # lost when the snapshot was taken in a conditional
+    ratios = update_ratios(before, variables, changes)  # large variables read one at a time
+    skipped = tf.cast(metadata.step_was_skipped(ratios, tf.reduce_all, tf.math.equal), tf.float32)
+    return to_stored_scalar(ratios), skipped
+
+
+def _spectral_values(
+    variables: list[tf.Variable],
+    before: list[tf.Tensor],
+    changes: list[tf.Tensor | None],
+    matrices: tuple[int, ...],
+    vectors: Sequence[tuple[tf.Variable, tf.Variable]],
+) -> tf.Tensor:
+    """The spectral ratios of the variables at `matrices`, as stored (float32[len(matrices)];
+    empty for none)."""
+    if not matrices:
+        return tf.zeros([0], tf.float32)
+    return to_stored_scalar(spectral_ratios(
+        [before[i] for i in matrices], [variables[i] for i in matrices],
+        [changes[i] for i in matrices], vectors,
+    ))
 
 
 # The writer is an argument, not captured: one trace serves every writer (a new writer per
 # `model.fit` call does not retrace); so are the flags saying whether this writer still
 # needs the tags' metadata (boolean tensors: one trace for the first write and the others).
 _write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
+_ratio_values_traced = tf.function(_ratio_values, reduce_retracing=True)
 
 
 def _read_step(step: Any) -> tf.Tensor:

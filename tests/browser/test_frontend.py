@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tb_server import TensorBoardServer
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONTEND = ROOT / "frontend"

@@ -5,7 +5,9 @@ logical CPUs, two local workers of MultiWorkerMirroredStrategy on 127.0.0.1. Eac
 step must be written exactly once, by the chief (the other worker writes no summary, and its
 callback creates no file), with the numpy reference ratios of the weights before and after
 each step of that training, and with the ratios that the same training logs on one device
-(in this process) from the same initial weights and data.
+(in this process) from the same initial weights and data. Judged while training, both
+workers' callbacks fire the same flags (those of the report on the chief's run) and stop
+their `fit` at the same step.
 """
 
 import json
@@ -21,6 +23,7 @@ from tensorboard.backend.event_processing import event_file_loader
 
 import distribute_worker
 from helpers import assert_ratios_close, ratio_series, read_events, read_packed
+from training_flags import fired, reported
 from tb_wur_plugin import metadata, wur_summary
 
 WORKER = distribute_worker.__file__
@@ -225,6 +228,28 @@ def test_multiworker_custom_loop(tmp_path, multiworker, scenario):
 
 def test_multiworker_fit_callback(tmp_path, multiworker):
     _check_fit(tmp_path, multiworker)
+
+
+def test_multiworker_fit_stops_on_every_worker_at_the_same_step(multiworker):
+    """A NaN batch, stop_on={"nan"}: the worker that writes nothing computes and judges the
+    same ratios, so both fire the same flags and end `fit` after the same step (a worker
+    that went on alone would wait for the other in the next step's all-reduce)."""
+    out, results = multiworker
+    chief, other = (result["scenarios"]["fit_stop"] for result in results)
+    assert chief == other
+    logdir = str(out / "fit_stop")
+    assert [_pid_of(name) for name in _event_files(os.path.join(logdir, "train"))] == [
+        results[0]["pid"]]
+    # the step whose update the NaN batch reaches (the strategy's input pipeline decides
+    # which: measured, the step after the batch's index, STOP_NAN_STEP + 1)
+    ratios = read_packed(os.path.join(logdir, "train")).ratios
+    nan_step = min(step for points in ratios.values() for step, r in points if np.isnan(r))
+    assert nan_step >= distribute_worker.STOP_NAN_STEP
+    assert chief["iterations"] == nan_step + 2  # the flag fires at the next batch's begin
+    flags = chief["flags"]
+    assert len(flags) == 4  # every variable
+    assert {(f["reason"], f["since"], f["step"]) for f in flags} == {("nan", nan_step, nan_step)}
+    assert fired(flags) == reported(logdir, "train")
 
 
 class _NonChiefStrategy:

@@ -200,3 +200,77 @@ def test_writer_none_on_process_zero_is_refused():
     # writer=None is for the other processes of a multi-process run (tests/frameworks/test_jax_multiprocess.py)
     with pytest.raises(ValueError, match="process 0"):
         log_update_ratios(None, {"a": jnp.ones(2)}, {"a": jnp.ones(2)}, 0)
+
+
+def _mlp_steps(optimizer, steps, frozen_from=None):
+    """Yields (step, params, updates) of `optimizer` on the MLP of `_init` and a fixed batch;
+    from step `frozen_from` on, the updates of encoder/1 are zeros (a group frozen by
+    mistake, e.g. a mask that drops it)."""
+    params = _init(jax.random.PRNGKey(0))
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 4))
+    state = optimizer.init(params)
+
+    @jax.jit
+    def train_step(params, state):
+        grads = jax.grad(_loss)(params, x)
+        updates, state = optimizer.update(grads, state, params)
+        return updates, state
+
+    for step in range(steps):
+        updates, state = train_step(params, state)
+        if frozen_from is not None and step >= frozen_from:
+            updates["encoder"][1] = jax.tree.map(jnp.zeros_like, updates["encoder"][1])
+        yield step, params, updates
+        params = optax.apply_updates(params, updates)
+
+
+def test_stop_on_stops_at_the_step_the_report_first_flags(tmp_path, caplog):
+    """A group frozen from step 6: not_moving fires at step 10, the fifth judged step of
+    the streak (patience 5), since step 6; Frobenius and spectral; the loop stops there,
+    with the flags `tb-wur report` gives the written run."""
+    from training_flags import fired, reported
+
+    seen = []
+    writer = SummaryWriter(str(tmp_path / "run"), stop_on={"not_moving"}, on_flag=seen.append)
+    stopped_at = None
+    with caplog.at_level("WARNING", logger="tb_wur_plugin"), writer:
+        for step, params, updates in _mlp_steps(optax.sgd(0.05), 40, frozen_from=6):
+            log_update_ratios(writer, params, updates, step, spectral=True)
+            if writer.should_stop:
+                stopped_at = step
+                break
+    assert stopped_at == 10
+    assert seen == writer.flags
+    assert {(f.tag, f.reason, f.since, f.step) for f in writer.flags} == {
+        ("encoder/1/kernel", "not_moving", 6, 10), ("encoder/1/bias", "not_moving", 6, 10)}
+    assert {f.metric for f in writer.flags if f.tag == "encoder/1/kernel"} == {
+        "frobenius", "spectral"}
+    assert fired(writer.flags) == reported(str(tmp_path), "run", ("frobenius", "spectral"))
+    told = [r.getMessage() for r in caplog.records if r.name == "tb_wur_plugin"]
+    assert len(told) == len(writer.flags)
+    assert told[0].startswith("WUR step 10: encoder/1/kernel: not moving")
+
+
+def test_a_healthy_run_with_warm_up_and_cosine_decay_to_zero_fires_nothing(tmp_path):
+    """AdamW with linear warm-up and a cosine decay to a learning rate of 0: the ratios rise,
+    then fall to 0 together (the run stops as a whole: converged, not a layer gone wrong)."""
+    from training_flags import reported
+
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 10, 80, end_value=0.0)
+    with SummaryWriter(str(tmp_path / "run"), stop_on={"nan", "not_moving"}) as writer:
+        for step, params, updates in _mlp_steps(optax.adamw(schedule), 81):
+            log_update_ratios(writer, params, updates, step, spectral=True)
+    assert writer.flags == [] and not writer.should_stop
+    assert reported(str(tmp_path), "run", ("frobenius", "spectral")) == set()
+
+
+def test_judgement_arguments(tmp_path):
+    from tb_wur_plugin.writer import TrainingJudgement
+
+    params = {"a": jnp.ones(2)}
+    with SummaryWriter(str(tmp_path)) as writer:
+        with pytest.raises(TypeError, match="TrainingJudgement"):
+            log_update_ratios(writer, params, params, 0, judgement=writer)
+        with pytest.raises(ValueError, match="judges what it writes"):
+            log_update_ratios(writer, params, params, 0, judgement=TrainingJudgement())
+        assert log_update_ratios(writer, params, params, 0, judgement=writer.judgement)

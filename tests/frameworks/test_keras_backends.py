@@ -1,7 +1,8 @@
 """WeightUpdateRatioCallback on Keras's JAX and PyTorch backends: a subprocess per backend
 (KERAS_BACKEND is fixed when keras is imported) fits a small model with a nested layer,
 histograms on, beside a numpy reference that copies the weights at batch begins only;
-the runs are read back through the plugin in both loaders of the real `tensorboard`."""
+the runs are read back through the plugin in both loaders of the real `tensorboard`. A
+second subprocess per backend fits with stop_on={"nan"} over a NaN batch."""
 
 from __future__ import annotations
 
@@ -97,3 +98,57 @@ def test_histograms_learning_rate_and_descriptions(served, backend, loader):
     rates = server.get_json(f"/data/plugin/wur/series?run={backend}/train&tag=_wur/learning_rate")
     assert rates["kind"] == "learning_rate" and rates["steps"] == LOGGED
     assert rates["values"] == pytest.approx([report["rates"][str(s)] for s in LOGGED], rel=1e-7)
+
+
+NAN_STEP = 3  # the NaN batch of keras_stop_worker.py
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """keras_stop_worker.py's fit on each backend, both at once: {backend: (logdir, its
+    JSON)}."""
+    logdir = str(tmp_path_factory.mktemp("keras_backends_stop"))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    workers = {
+        backend: subprocess.Popen(
+            [sys.executable, os.path.join(SUPPORT, "keras_stop_worker.py"),
+             os.path.join(logdir, backend), str(NAN_STEP)],
+            env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for backend in RUNS
+    }
+    results = {}
+    for backend, worker in workers.items():
+        try:
+            out, err = worker.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, err = worker.communicate()
+        assert worker.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
+        results[backend] = (os.path.join(logdir, backend),
+                            json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+@pytest.mark.parametrize("backend", sorted(RUNS))
+def test_stop_on_ends_fit_after_the_nan_step_with_the_reports_flags(stopped, backend):
+    """A NaN batch at NAN_STEP: every layer's ratio (and spectral ratio) is NaN there, the
+    flags fire at that step, read at the next batch's begin, and `fit` ends at that batch's
+    end; the flags are those `tb-wur report` gives the written run."""
+    from training_flags import fired, reported
+
+    logdir, result = stopped[backend]
+    assert result["backend"] == backend
+    assert result["iterations"] == NAN_STEP + 2
+    flags = result["flags"]
+    assert result["on_flag"] == flags
+    assert {(f["metric"], f["tag"]) for f in flags} == {
+        ("frobenius", "net/hidden/kernel"), ("frobenius", "net/hidden/bias"),
+        ("frobenius", "net/out/kernel"), ("frobenius", "net/out/bias"),
+        ("spectral", "net/hidden/kernel"), ("spectral", "net/out/kernel")}
+    assert {(f["reason"], f["since"], f["step"]) for f in flags} == {("nan", NAN_STEP, NAN_STEP)}
+    assert fired(flags) == reported(logdir, "train", ("frobenius", "spectral"))
+    assert len(result["told"]) == len(flags)
+    assert all(m.startswith(f"WUR step {NAN_STEP}: net/") for m in result["told"])

@@ -191,6 +191,11 @@ def test_steps_per_execution_above_one_is_refused(logdir):
         (dict(log_dir="l", flush_millis="60000"), TypeError, "flush_millis must be an int"),
         (dict(log_dir="l", flush_millis=1.5), TypeError, "flush_millis must be an int"),
         (dict(log_dir="l", flush_millis=True), TypeError, "flush_millis must be an int"),
+        (dict(log_dir="l", stop_on="nan"), TypeError, "collection of reasons"),
+        (dict(log_dir="l", stop_on={"nans"}), ValueError, r"unknown reasons \['nans'\]"),
+        (dict(log_dir="l", on_flag="print"), TypeError, "on_flag must be callable"),
+        (dict(log_dir="l", patience=0), ValueError, "patience must be an integer"),
+        (dict(log_dir="l", low=1e-2, high=1e-4), ValueError, "must be below high"),
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, error, message):
@@ -513,3 +518,66 @@ def test_a_model_without_line_search_writes_no_line_search_series(logdir):
     _fit(model, x, y, logdir, every=2, epochs=1)
     events = read_events(os.path.join(logdir, "train"))
     assert events and not set(events) & set(metadata.LINE_SEARCH_TAGS)
+
+
+def _dead_input_model_and_data(dead_from: int):
+    """Three tanh Dense layers trained by plain SGD on 16 batches of 4 a epoch, whose
+    inputs are all zeros from batch `dead_from` on (a data pipeline gone dead): from then on
+    the first kernel's gradient is 0, and it stops moving while the other layers move."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(8, activation="tanh", name="hidden"),
+        keras.layers.Dense(8, activation="tanh", name="middle"),
+        keras.layers.Dense(1, name="out"),
+    ], name="dead_input")
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = rng.normal(size=(64, 1)).astype("float32")
+    x[4 * dead_from:] = 0
+    return model, x, y
+
+
+@pytest.mark.parametrize("dead_from,fire_step,steps_made", [
+    (6, 10, 12),  # read at batch 11's begin: fit ends at batch 11's end
+    (11, 15, 16),  # the epoch's last batch, read at the epoch's end: fit ends there
+])
+def test_stop_on_ends_fit_after_the_fire_step_with_the_reports_flags(
+    logdir, caplog, dead_from, fire_step, steps_made
+):
+    """not_moving of the dead input's kernel fires at the step completing 5 judged steps
+    (patience) from `dead_from`, on the Frobenius and the spectral ratios; stop_on ends
+    `fit` there; the flags are those `tb-wur report` gives the written run."""
+    from training_flags import fired, reported
+
+    model, x, y = _dead_input_model_and_data(dead_from)
+    seen = []
+    callback = WeightUpdateRatioCallback(
+        logdir, update_freq=1, spectral=True, stop_on={"not_moving"}, on_flag=seen.append)
+    assert callback.flags == []
+    with caplog.at_level("WARNING", logger="tb_wur_plugin"):
+        model.fit(x, y, batch_size=4, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == steps_made
+    assert seen == callback.flags
+    assert [(f.tag, f.reason, f.since, f.step, f.metric) for f in callback.flags] == [
+        ("dead_input/hidden/kernel", "not_moving", dead_from, fire_step, metric)
+        for metric in ("frobenius", "spectral")
+    ]
+    assert fired(callback.flags) == reported(logdir, "train", ("frobenius", "spectral"))
+    told = [r.getMessage() for r in caplog.records if r.name == "tb_wur_plugin"]
+    assert len(told) == 2 and all(
+        m.startswith(f"WUR step {fire_step}: dead_input/hidden/kernel: not moving") for m in told)
+    assert told[1].endswith("(spectral ratios)")
+
+
+def test_without_stop_on_the_flags_fire_and_fit_runs_to_its_end(logdir):
+    model, x, y = _dead_input_model_and_data(6)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 32
+    assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
+        ("dead_input/hidden/kernel", "not_moving", 6, 10)]
+    # a second fit judges its own logged steps from the first
+    model.fit(x[:8], y[:8], batch_size=4, epochs=1, verbose=0, callbacks=[callback])
+    assert callback.flags == []

@@ -3,7 +3,8 @@ manual optimization with two optimizers, a fit resumed from a checkpoint, and DD
 processes; ratios against
 a numpy reference of the parameters around each update (the torch optimizers' own step
 hooks), steps = trainer.global_step before the update, read back through both TensorBoard
-loaders in the TensorBoardLogger's run directory beside its own scalars."""
+loaders in the TensorBoardLogger's run directory beside its own scalars; stop_on ends the
+fit at the step that fires."""
 
 from __future__ import annotations
 
@@ -183,8 +184,47 @@ def test_no_tensorboard_logger_and_no_log_dir(tmp_path):
         trainer.fit(_Auto(), _data())
 
 
+class _Poisoned(Regression):
+    """`Regression` whose first layer's weight gets one NaN element just before the update
+    at `trainer.global_step == at`."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def on_before_optimizer_step(self, optimizer):
+        if self.trainer.global_step == self.at:
+            with torch.no_grad():
+                self.net[0].weight[0, 0] = float("nan")
+
+
+def test_stop_on_ends_the_fit_at_the_step_that_fires(tmp_path, caplog):
+    """stop_on={"nan"}: the NaN made before update 10 (a logged step) fires that layer's
+    flag at step 10 and the fit ends after that batch (global_step 11 of 30)."""
+    told = []
+    callback = WeightUpdateRatioCallback(stop_on={"nan"}, on_flag=told.append)
+    trainer = L.Trainer(max_steps=STEPS, log_every_n_steps=EVERY, accelerator="cpu",
+                        logger=TensorBoardLogger(str(tmp_path), version=0),
+                        callbacks=[callback], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with caplog.at_level("WARNING", logger="tb_wur_plugin"):
+        trainer.fit(_Poisoned(10), _data())
+    assert trainer.global_step == 11
+    assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
+        ("net/0/weight", "nan", 10, 10)]
+    assert told == callback.flags
+    assert [r.getMessage() for r in caplog.records if r.name == "tb_wur_plugin"] == [
+        f"WUR step 10: net/0/weight: {callback.flags[0].text}"]
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="spectral"):
         WeightUpdateRatioCallback(spectral="yes")
     with pytest.raises(TypeError, match="histograms"):
         WeightUpdateRatioCallback(histograms=1)
+    with pytest.raises(TypeError, match="not a string"):
+        WeightUpdateRatioCallback(stop_on="nan")
+    with pytest.raises(ValueError, match="unknown reasons"):
+        WeightUpdateRatioCallback(stop_on={"exploding"})
+    with pytest.raises(TypeError, match="on_flag"):
+        WeightUpdateRatioCallback(on_flag="print")

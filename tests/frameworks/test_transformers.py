@@ -3,7 +3,7 @@ from a config trained by `Trainer` (gradient accumulation 2, logging_steps=5); r
 against a numpy reference of the parameters around each update (the torch optimizer's own
 step hooks), steps = global_step before the update, read back through both TensorBoard
 loaders in the same run directory as the Trainer's own scalars; resumed from a checkpoint;
-DDP on two processes."""
+DDP on two processes; stop_on ends the run at the update whose logged step fires."""
 
 from __future__ import annotations
 
@@ -96,11 +96,58 @@ def test_resumed_training_continues_its_steps(tmp_path, monkeypatch):
         assert "train/loss" in scalars, (loader, scalars)
 
 
+class _PoisonAt(transformers.TrainerCallback):
+    """Makes one weight element NaN just before the update at `step` (after clipping)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.step:
+            with torch.no_grad():
+                model.transformer.h[1].mlp.c_proj.weight[0, 0] = float("nan")
+
+
+def test_stop_on_ends_the_run_at_the_update_that_fires(tmp_path, caplog):
+    """stop_on={"nan"}: a weight made NaN before update 10 (a logged step) fires the NaN
+    flag of that layer alone at step 10; the Trainer stops after that update (global_step
+    11 of 30), and the flag was logged and passed to on_flag."""
+    told = []
+    callback = WeightUpdateRatioCallback(stop_on={"nan"}, on_flag=told.append)
+    trainer, _, _ = _trainer(tmp_path, STEPS, callback)
+    trainer.add_callback(_PoisonAt(10))
+    with caplog.at_level("WARNING", logger="tb_wur_plugin"):
+        trainer.train()
+    assert trainer.state.global_step == 11
+    assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
+        ("transformer/h/1/mlp/c_proj/weight", "nan", 10, 10)]
+    assert told == callback.flags
+    assert [r.getMessage() for r in caplog.records if r.name == "tb_wur_plugin"] == [
+        f"WUR step 10: transformer/h/1/mlp/c_proj/weight: {callback.flags[0].text}"]
+
+
+def test_no_stop_on_runs_to_the_end_with_the_flags(tmp_path):
+    """Without stop_on the same defect only flags: the run goes on to max_steps."""
+    callback = WeightUpdateRatioCallback()
+    trainer, _, _ = _trainer(tmp_path, 15, callback)
+    trainer.add_callback(_PoisonAt(10))
+    trainer.train()
+    assert trainer.state.global_step == 15
+    assert ("transformer/h/1/mlp/c_proj/weight", "nan", 10, 10) in [
+        (f.tag, f.reason, f.since, f.step) for f in callback.flags]
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="every"):
         WeightUpdateRatioCallback(every=0)
     with pytest.raises(TypeError, match="every"):
         WeightUpdateRatioCallback(every=2.5)
+    with pytest.raises(TypeError, match="not a string"):
+        WeightUpdateRatioCallback(stop_on="nan")
+    with pytest.raises(ValueError, match="unknown reasons"):
+        WeightUpdateRatioCallback(stop_on={"exploding"})
+    with pytest.raises(ValueError, match="patience"):
+        WeightUpdateRatioCallback(patience=0)
 
 
 def test_ddp_two_processes_write_once(tmp_path):

@@ -3,9 +3,14 @@
 - The read side (`read/`, `web/`, `plugin`, `cli`) imports nothing of the write side: the two
   meet only in `metadata`.
 - The write side imports nothing of the read side.
+- On the read side, `read/` (what the plugin and the report share) imports neither the
+  plugin's HTTP layer `web/` nor `plugin`; HTTP (werkzeug, TensorBoard's http_util and
+  json_util) is used only in `web/`.
 - No module imports another's private names; private TensorFlow API is used only in
   `tf_write/tf_private.py`, private TensorBoard API on the read side only in
   `read/tb_private.py`.
+- The judgement (`judgement/`), which both sides apply, imports nothing of the package but
+  `metadata` (and itself), and no third-party module but numpy.
 - No import circle, in the package or in the frontend's TypeScript modules.
 """
 
@@ -14,15 +19,19 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tb_wur_plugin"
 READ_SIDE = ("read", "web", "plugin", "cli")
-WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "events", "armijo", "compat", "writer",
-              "torch", "jax", "keras", "wur_summary", "transformers", "lightning")
-SHARED = ("metadata", "_optional")
+WRITE_SIDE = ("tf_write", "keras_backends", "arrays", "event_write", "torch_internals", "armijo",
+              "compat", "writer", "torch", "jax", "keras", "wur_summary", "transformers",
+              "lightning")
+SHARED = ("metadata", "_optional", "judgement")
+# TensorBoard's HTTP helpers (besides werkzeug): only the HTTP layer `web/` uses them.
+HTTP_MODULES = ("tensorboard.backend.http_util", "tensorboard.backend.json_util")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -82,6 +91,48 @@ def test_read_and_write_sides_meet_only_in_metadata(module):
         if _side(target) not in (None, side)
     )
     assert not crossing, f"{module} ({side} side) imports {crossing}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tb_wur_plugin.read.")))
+def test_the_shared_read_modules_import_nothing_of_the_http_layer(module):
+    upward = sorted(
+        target for target in _package_edges(module)
+        if target == "tb_wur_plugin.plugin" or target.startswith("tb_wur_plugin.web")
+    )
+    assert not upward, f"{module} imports {upward}"
+
+
+def _uses_http(module: str) -> bool:
+    """Whether `module` imports werkzeug or one of HTTP_MODULES."""
+    return any(
+        target.split(".")[0] == "werkzeug" or target in HTTP_MODULES
+        or any(f"{target}.{name}" in HTTP_MODULES for name in names)
+        for target, names, _ in _imports(MODULES[module])
+    )
+
+
+def test_http_is_used_only_in_the_web_layer():
+    users = sorted(m for m in MODULES if _uses_http(m))
+    assert users and all(m.startswith("tb_wur_plugin.web.") for m in users), users
+
+
+def test_the_judgement_imports_only_numpy_and_metadata():
+    """Both sides apply the judgement: it must stand on the protocol alone."""
+    modules = [m for m in MODULES if m.startswith("tb_wur_plugin.judgement")]
+    assert "tb_wur_plugin.judgement.judge" in modules
+    offences = []
+    for module in modules:
+        for target, names, line in _imports(MODULES[module]):
+            top = target.split(".")[0]
+            if top == "tb_wur_plugin":
+                targets = _package_edges(module) & (
+                    {f"{target}.{n}" for n in names} | {target})
+                outside = sorted(t for t in targets if t != "tb_wur_plugin.metadata"
+                                 and not t.startswith("tb_wur_plugin.judgement"))
+                offences += [f"{module}:{line} imports {t}" for t in outside]
+            elif top != "numpy" and top not in sys.stdlib_module_names:
+                offences.append(f"{module}:{line} imports {target}")
+    assert not offences, offences
 
 
 def test_no_module_imports_another_modules_private_names():
@@ -184,6 +235,8 @@ def test_no_import_circle_in_the_frontend():
 
 def test_the_checks_see_a_circle_and_a_crossing():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert _side("tb_wur_plugin.read.flags") == "read"
+    assert _side("tb_wur_plugin.read.report") == "read"
     assert _side("tb_wur_plugin.tf_write.watch") == "write"
     assert "tb_wur_plugin.metadata" in _package_edges("tb_wur_plugin.read.run_data")
+    assert "tb_wur_plugin.web.heatmap_wire" in _package_edges("tb_wur_plugin.web.answers")
+    assert _uses_http("tb_wur_plugin.web.routes") and not _uses_http("tb_wur_plugin.read.export")

@@ -38,8 +38,8 @@ def test_stacked_sums_benchmark_smoke():
 
 
 def test_torch_watch_benchmark_smoke():
-    out = _run("torch_watch.py")
-    for line in ("watch: logged step", "wandb-style histc", "naive .item() loop"):
+    out = _run("torch_watch.py", "--device", "cpu", "--workloads", "MLP", "P200", "GPT2")
+    for line in ("watch: logged step", "wandb-style histc", "naive .item() loop", "GPT2 (cpu)"):
         assert line in out
 
 
@@ -84,3 +84,8 @@ def test_trainers_benchmark_smoke():
         for kind in ("bare", "callback", "watch"):
             assert any(line.startswith(trainer) and f" {kind} " in line
                        for line in out.splitlines()), (trainer, kind, out)
+
+
+def test_online_judgement_benchmark_smoke():
+    out = _run("online_judgement.py")
+    assert "OnlineJudgement.observe" in out and "spectral" in out

@@ -61,7 +61,7 @@ def _conftest_tables() -> dict[str, object]:
         target.id: ast.literal_eval(node.value)
         for node in tree.body if isinstance(node, ast.Assign)
         for target in node.targets
-        if isinstance(target, ast.Name) and target.id in ("SPLIT", "COST", "START_ALONE")
+        if isinstance(target, ast.Name) and target.id in ("SPLIT", "COST", "START_ALONE", "TOGETHER")
     }
 
 
@@ -76,6 +76,9 @@ def test_the_scheduling_tables_name_existing_tests():
     assert len(names) == len(tables["SPLIT"]) + len(tables["COST"]) + 1
     for name in names:
         module, _, function = name.partition("::")
+        if module in tables["TOGETHER"]:
+            assert os.path.isdir(os.path.join(ROOT, module)), f"tests/conftest.py: no {module}"
+            continue
         assert os.path.isfile(os.path.join(ROOT, module)), f"tests/conftest.py: no {module}"
         assert not function or function in _test_functions(module), (
             f"tests/conftest.py: {module} has no test {function}")

@@ -101,6 +101,27 @@ def test_the_keras_callback_needs_no_tensorflow_on_the_jax_backend():
     assert done.returncode == 0 and done.stdout.strip() == "OK", done.stderr
 
 
+def test_the_judgement_while_training_needs_no_tensorflow():
+    """`tb_wur_plugin.Flag` and `writer.TrainingJudgement` import, and a `SummaryWriter`
+    judges what it writes (a NaN fires, `should_stop`), with TensorFlow and Keras blocked."""
+    done = _run(
+        """
+        import sys, tempfile
+        from tb_wur_plugin import Flag
+        from tb_wur_plugin.writer import SummaryWriter, TrainingJudgement
+
+        with tempfile.TemporaryDirectory() as directory:
+            with SummaryWriter(directory, stop_on={"nan"}) as w:
+                w.add_ratios({"fc1/weight": 1e-3, "fc1/bias": float("nan")}, step=0)
+        assert w.should_stop and [type(f) for f in w.flags] == [Flag]
+        assert TrainingJudgement(stop_on={"nan"}).flags == []
+        print([m for m in sys.modules if m.partition(".")[0] in ("tensorflow", "keras")])
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.fixture(scope="module")
 def logdir():
     """Runs written with TensorFlow blocked: `writer.SummaryWriter` (ratios, histograms, the

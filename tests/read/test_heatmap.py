@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from tb_wur_plugin.read import flags, heatmap, heatmap_wire
+from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.read import heatmap
+from tb_wur_plugin.web import heatmap_wire
 
 
 def _random_matrix(rng, n_layers=6, n_steps=80):
@@ -197,9 +199,9 @@ def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
     assert list(counts) == want
     # the flags are those of the run without its skipped steps, plus how many were skipped
     kept = [(tag, s[~np.isin(s, skipped)], v[~np.isin(s, skipped)]) for tag, s, v in series]
-    without = flags.flag_layers(heatmap.RunMatrix.from_series(kept), 1e-4, 1e-2)
+    without = judge.flag_layers(heatmap.RunMatrix.from_series(kept), 1e-4, 1e-2)
     without = {f["tag"]: f for f in without}
-    flagged = flags.flag_layers(matrix, 1e-4, 1e-2)
+    flagged = judge.flag_layers(matrix, 1e-4, 1e-2)
     assert [f["tag"] for f in flagged] == list(without)
     for f in flagged:
         tag_steps = {t: s for t, s, _ in series}[f["tag"]]

@@ -15,7 +15,7 @@ import pytest
 
 from backend import Backend
 from tb_server import TensorBoardServer
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata
 from tb_wur_plugin.writer import Counts, SummaryWriter
 

@@ -302,7 +302,7 @@ def test_exit_status_of_the_console_script(logdir, tmp_path, args, status, reaso
 
 
 def test_compare_route_matches_the_report(logdir, backend, capsys):
-    from tb_wur_plugin.read import heatmap_wire
+    from tb_wur_plugin.web import heatmap_wire
 
     response = backend.client.get("/data/plugin/wur/compare", query_string={
         "run_a": "a/train", "run_b": "b/train"}, headers={"Accept-Encoding": "gzip"})

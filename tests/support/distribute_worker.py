@@ -9,12 +9,15 @@ its devices, and a worker reads TF_CONFIG when its strategy is created. Every sc
 into OUT/<scenario>, the same directory on every worker (as user code that does not care
 which worker it runs on would), and the process saves OUT/worker<task>.json: its pid,
 whether it is the chief, and per scenario the initial weights and the numpy reference ratios
-of each step, from the weights before and after it. The tests import the training
-functions to run the same training on one device.
+of each step, from the weights before and after it; for the scenario "fit_stop" (a NaN batch,
+the callback with stop_on={"nan"}) the flags the worker's callback fired and the optimizer
+steps its `fit` made. The tests import the training functions to run the same training on
+one device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -146,6 +149,29 @@ def train_fit(strategy, logdir, weights=None) -> dict:
     return {"initial": initial, "reference": reference.reference}
 
 
+STOP_NAN_STEP = 3  # the NaN batch of `train_fit_stop`
+
+
+def train_fit_stop(strategy, logdir) -> dict:
+    """`model.fit` over one epoch of 8 batches whose batch of step STOP_NAN_STEP is NaN, with
+    `WeightUpdateRatioCallback(logdir, update_freq=1, stop_on={"nan"})`: the flags its
+    callback fired and the steps the `fit` made."""
+    with strategy.scope():
+        model = make_model()
+        model.compile(optimizer=keras.optimizers.SGD(1e-2), loss="mse")
+    x, y = data()
+    x = np.concatenate([x] * 4)  # 8 batches of GLOBAL_BATCH
+    y = np.concatenate([y] * 4)
+    x[STOP_NAN_STEP * GLOBAL_BATCH:(STOP_NAN_STEP + 1) * GLOBAL_BATCH] = np.nan
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1, stop_on={"nan"})
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[callback])
+    return {
+        "flags": [dataclasses.asdict(flag) for flag in callback.flags],
+        "iterations": int(model.optimizer.iterations.numpy()),
+    }
+
+
 def _work_around_keras_multi_worker_reduce(strategy) -> None:
     """Keras 3's TensorFlow trainer calls `strategy.reduce` on nested batches
     (`_maybe_symbolic_build`) and with `axis=0` on scalar losses (`reduce_per_replica`),
@@ -186,6 +212,8 @@ def main(kind: str, out: str) -> None:
         for scenario in scenarios
     }
     results["fit"] = train_fit(strategy, os.path.join(out, "fit"))
+    if kind == "multiworker":
+        results["fit_stop"] = train_fit_stop(strategy, os.path.join(out, "fit_stop"))
     with open(os.path.join(out, f"worker{task}.json"), "w") as f:
         json.dump(
             {

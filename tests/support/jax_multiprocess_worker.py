@@ -1,15 +1,21 @@
 """One process of a two-process JAX run on CPU (tests/frameworks/test_jax_multiprocess.py).
 
-argv: process_id, coordinator port, logdir, steps, out (json of the gathered truth, written
-by process 0). Two CPU devices per process; params sharded over the four devices of the two
-processes with NamedSharding; optax Adam steps; every process calls log_update_ratios,
-process 0 with its writer, process 1 with writer=None: the run LOGDIR/frobenius without
-spectral ratios, then LOGDIR/spectral with them (the same training), in one start of the
-two processes. OUT: {run: {metric: {tag: {step: ratio}}}}.
+argv: process_id, coordinator port, logdir, steps, spectral (0/1), out (json of the gathered
+truth, written by process 0), and optionally nan_step. Two CPU devices per process; params
+sharded over the four devices of the two processes with NamedSharding; optax Adam steps;
+every process calls log_update_ratios, process 0 with its writer, process 1 with
+writer=None.
+
+With nan_step, the batch of that step is NaN, and every process judges while training with
+stop_on={"nan"} (process 0 through its writer, process 1 through its own TrainingJudgement)
+and leaves the loop once `should_stop`: a process that stopped alone would leave the other
+waiting in the next step's collective. Each process saves `out.<process_id>`: its flags and
+the step it stopped at.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -29,24 +35,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 
 def main() -> None:
-    pid, port, logdir, steps, out = sys.argv[1:6]
-    pid, steps = int(pid), int(steps)
+    pid, port, logdir, steps, spectral, out = sys.argv[1:7]
+    pid, steps, spectral = int(pid), int(steps), spectral == "1"
+    nan_step = int(sys.argv[7]) if len(sys.argv) > 7 else None
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
     assert jax.device_count() == 4 and jax.local_device_count() == 2
-    truths = {run: train(pid, os.path.join(logdir, run), steps, spectral=run == "spectral")
-              for run in ("frobenius", "spectral")}
-    if pid == 0:
-        with open(out, "w") as f:
-            json.dump(truths, f)
-    multihost_utils.sync_global_devices("done")
-    jax.distributed.shutdown()
 
-
-def train(pid: int, logdir: str, steps: int, spectral: bool) -> dict[str, dict]:
-    """`steps` logged steps into `logdir` (process 0 writes); the ratios of the gathered full
-    arrays: {metric: {tag: {step: ratio}}}."""
     from tb_wur_plugin.jax import log_update_ratios
-    from tb_wur_plugin.writer import SummaryWriter
+    from tb_wur_plugin.writer import SummaryWriter, TrainingJudgement
 
     mesh = Mesh(np.array(jax.devices()).reshape(4), ("d",))
     rng = np.random.default_rng(0)  # the same values on both processes
@@ -62,8 +58,9 @@ def train(pid: int, logdir: str, steps: int, spectral: bool) -> dict[str, dict]:
             x.shape, NamedSharding(mesh, s), lambda index, x=x: x[index]),
         host, specs)
     x = jnp.asarray(rng.normal(size=(16, 8)).astype(np.float32))
+    broken = jnp.full_like(x, np.nan)
 
-    def loss(p):
+    def loss(p, x):
         conv = jnp.sum(p["conv"]["kernel"] ** 2) * 1e-2
         return jnp.mean(jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"]) ** 2) + conv
 
@@ -71,33 +68,55 @@ def train(pid: int, logdir: str, steps: int, spectral: bool) -> dict[str, dict]:
     state = opt.init(params)
 
     @jax.jit
-    def step_fn(p, s):
-        g = jax.grad(loss)(p)
+    def step_fn(p, s, x):
+        g = jax.grad(loss)(p, x)
         u, s = opt.update(g, s, p)
         return optax.apply_updates(p, u), s, u
 
-    writer = SummaryWriter(logdir) if pid == 0 else None
+    stop_on = {"nan"} if nan_step is not None else ()
+    writer = SummaryWriter(logdir, stop_on=stop_on) if pid == 0 else None
+    judgement = writer.judgement if writer is not None else TrainingJudgement(stop_on=stop_on)
     truth: dict[str, dict[str, dict[str, float]]] = {"frobenius": {}, "spectral": {}}
+    stopped_at = None
     for step in range(steps):
-        new, state, updates = step_fn(params, state)
-        wrote = log_update_ratios(writer, params, updates, step, spectral=spectral)
+        new, state, updates = step_fn(params, state, broken if step == nan_step else x)
+        wrote = log_update_ratios(writer, params, updates, step, spectral=spectral,
+                                  judgement=judgement)
         assert wrote is (pid == 0), (pid, wrote)
-        full_p = multihost_utils.process_allgather(params, tiled=True)
-        full_u = multihost_utils.process_allgather(updates, tiled=True)
-        for tag, p, u in (("conv/kernel", full_p["conv"]["kernel"], full_u["conv"]["kernel"]),
-                          ("dense/bias", full_p["dense"]["bias"], full_u["dense"]["bias"]),
-                          ("dense/kernel", full_p["dense"]["kernel"], full_u["dense"]["kernel"])):
-            p, u = np.asarray(p, np.float64), np.asarray(u, np.float64)
-            truth["frobenius"].setdefault(tag, {})[str(step)] = float(
-                np.linalg.norm(u) / np.linalg.norm(p))
-            if p.ndim >= 2:
-                m_p, m_u = p.reshape(-1, p.shape[-1]), u.reshape(-1, u.shape[-1])
-                truth["spectral"].setdefault(tag, {})[str(step)] = float(
-                    np.linalg.norm(m_u, 2) / np.linalg.norm(m_p, 2))
+        if nan_step is None:
+            _add_truth(truth, step, params, updates)
         params = new
+        if judgement.should_stop:
+            stopped_at = step
+            break
+    if nan_step is not None:
+        with open(f"{out}.{pid}", "w") as f:
+            json.dump({"stopped_at": stopped_at,
+                       "flags": [dataclasses.asdict(flag) for flag in judgement.flags]}, f)
     if writer is not None:
         writer.close()
-    return truth
+        if nan_step is None:
+            with open(out, "w") as f:
+                json.dump(truth, f)
+    multihost_utils.sync_global_devices("done")
+    jax.distributed.shutdown()
+
+
+def _add_truth(truth: dict, step: int, params, updates) -> None:
+    """The ratios and spectral ratios of the gathered full arrays (a collective: every
+    process calls it)."""
+    full_p = multihost_utils.process_allgather(params, tiled=True)
+    full_u = multihost_utils.process_allgather(updates, tiled=True)
+    for tag, p, u in (("conv/kernel", full_p["conv"]["kernel"], full_u["conv"]["kernel"]),
+                      ("dense/bias", full_p["dense"]["bias"], full_u["dense"]["bias"]),
+                      ("dense/kernel", full_p["dense"]["kernel"], full_u["dense"]["kernel"])):
+        p, u = np.asarray(p, np.float64), np.asarray(u, np.float64)
+        truth["frobenius"].setdefault(tag, {})[str(step)] = float(
+            np.linalg.norm(u) / np.linalg.norm(p))
+        if p.ndim >= 2:
+            m_p, m_u = p.reshape(-1, p.shape[-1]), u.reshape(-1, u.shape[-1])
+            truth["spectral"].setdefault(tag, {})[str(step)] = float(
+                np.linalg.norm(m_u, 2) / np.linalg.norm(m_p, 2))
 
 
 if __name__ == "__main__":

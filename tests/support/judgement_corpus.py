@@ -1,4 +1,4 @@
-"""A corpus of real training runs for the default judgement (tb_wur_plugin/read/flags.py):
+"""A corpus of real training runs for the default judgement (tb_wur_plugin/judgement/):
 small models trained on real data (scikit-learn's digits, offline) or synthetic token
 sequences, logged by the project's own writers — PyTorch `watch`, the Keras callback, JAX
 `log_update_ratios` — at every step.
@@ -11,7 +11,7 @@ flagged and the reason each must get.
 
 `generate(logdir)` writes every run (name = the run's directory under `logdir`; Keras runs
 write into `NAME/train`, as the callback does) and returns the specs; about a minute of CPU.
-Used by tests/read/test_judgement.py and benchmarks/judgement.py.
+Used by tests/judgement/test_judgement.py and benchmarks/judgement.py.
 """
 
 from __future__ import annotations
@@ -336,8 +336,10 @@ def keras_layernorm_embedding_adamw_decay(logdir):
 
 
 def keras_nan_inputs(logdir):
-    """Adam; a NaN among the inputs of the second epoch's batches (every input of a third
-    of the samples is NaN)."""
+    """Adam; a NaN among the inputs (feature 0 of a third of the samples). tanh, not relu: a
+    CPU kernel may take relu(NaN) as 0 (oneDNN on some x86 machines) and stop the NaN in the
+    first layer, another passes it on; tanh(NaN) is NaN everywhere, so the NaN reaches the
+    loss and every layer's update on any machine."""
     import keras
 
     keras.utils.set_random_seed(SEED)
@@ -345,7 +347,7 @@ def keras_nan_inputs(logdir):
     x = x.copy()
     x[::3, 0] = math.nan
     model = keras.Sequential(name="nan_inputs", layers=[
-        keras.Input((64,)), keras.layers.Dense(32, activation="relu", name="hidden"),
+        keras.Input((64,)), keras.layers.Dense(32, activation="tanh", name="hidden"),
         keras.layers.Dense(10, activation="softmax", name="out"),
     ])
     _keras_fit(logdir, model, keras.optimizers.Adam(1e-3), x, y, epochs=2)
@@ -486,7 +488,8 @@ RUNS = [
         torch_one_layer_100x, {"2/weight": "fast_outlier", "2/bias": "fast_outlier"}),
     Run("keras_nan_inputs/train", "keras", "MLP, Adam; a third of the inputs hold a NaN",
         keras_nan_inputs,
-        {"nan_inputs/hidden/kernel": "nan"}),
+        {f"nan_inputs/{layer}": "nan"
+         for layer in ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias")}),
     Run("jax_slow_group", "jax", "MLP, optax Adam 1e-3; dense_0 at 1e-6 (1000x slower)",
         jax_slow_group, {"dense_0/kernel": "slow_outlier"}),  # its bias grows from 0: 1/k
     Run("jax_frozen_layer", "jax", "MLP, optax Adam 1e-3; dense_2 frozen (set_to_zero)",

@@ -24,14 +24,15 @@ import werkzeug.test
 from werkzeug.wrappers import Request
 
 from backend import Backend
-from tb_wur_plugin.read import heatmap, heatmap_wire
+from tb_wur_plugin.read import heatmap
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata
 from weird_logs import NO_RATIOS, RUNS, STEPS, write_runs
 
 SEED = 20261201
 MIN_REQUESTS = 10_000
 PREFIX = "/data/plugin/wur/"
-ROUTES = ("index.js", "runs", "heatmap", "flags", "series", "histograms", "export",
+ROUTES = ("index.js", "runs", "heatmap", "flags", "reasons", "series", "histograms", "export",
           "line_search", "compare", "suggestions")
 
 INDEX_JS = importlib.resources.files("tb_wur_plugin").joinpath("static/index.js").read_bytes()

@@ -14,7 +14,7 @@ import tensorflow as tf
 from backend import Backend
 from tb_server import TensorBoardServer
 from tb_wur_plugin import armijo, metadata, wur_summary
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 
 STEPS = [0, 1, 2, 3, 4, 5, 9, 12]
 

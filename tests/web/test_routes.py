@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from backend import Backend
 from out_of_order_runs import write_out_of_order_runs
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata, wur_summary
 
 
@@ -434,7 +434,7 @@ def test_runs_list_a_run_without_ratios(tmp_path):
     (run,) = Backend(str(tmp_path)).json("runs")["runs"]
     assert run == {"run": "rate_only", "layers": [], "first_step": None, "last_step": None,
                    "has_learning_rate": True, "has_line_search": False,
-                   "skipped_steps": 0, "skipped_at": [], "metrics": []}
+                   "skipped_steps": 0, "skipped_at": [], "metrics": [], "damaged": []}
 
 
 # --- what the wire names, so that the client repeats no rule of the backend -----------------

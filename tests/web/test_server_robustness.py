@@ -25,7 +25,8 @@ from tensorboard.compat.proto import event_pb2
 
 from backend import Backend
 from tb_server import TensorBoardServer
-from tb_wur_plugin.read import export, heatmap_wire
+from tb_wur_plugin.read import export
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import wur_summary
 from tb_wur_plugin.writer import SummaryWriter
 

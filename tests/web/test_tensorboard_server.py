@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from out_of_order_runs import write_out_of_order_runs
 from tb_server import TensorBoardServer
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import wur_summary
 
 STEPS = 5000

@@ -24,7 +24,7 @@ import pytest
 import layout_fixtures as fixtures
 from framework_servers import both_loaders
 from tb_wur_plugin import metadata
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin.writer import SummaryWriter
 
 PER_TAG = ("per_tag_every_step", "per_tag_once")  # the same data and series as "packed"

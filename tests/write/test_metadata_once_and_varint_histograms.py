@@ -18,7 +18,7 @@ from tensorboard.util import tensor_util
 
 from tb_server import TensorBoardServer
 from tb_wur_plugin.tf_write import batched_write, watch
-from tb_wur_plugin.read import heatmap_wire
+from tb_wur_plugin.web import heatmap_wire
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.arrays import numpy_math
 from tb_wur_plugin.writer import SummaryWriter

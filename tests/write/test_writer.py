@@ -199,7 +199,7 @@ def test_every_route_answers_the_same_for_watch_and_the_writer(served, loader):
     ]
     assert csvs[0] == csvs[1] and len(csvs[0]) == 1 + STEPS * len(SHAPES)
 
-    from tb_wur_plugin.read import heatmap_wire
+    from tb_wur_plugin.web import heatmap_wire
 
     heatmaps = [heatmap_wire.unpack(_route(server, "/data/plugin/wur/heatmap?run={run}", run))
                 for run in ("watch", "writer")]
@@ -328,9 +328,9 @@ def test_writers_in_one_directory_get_their_own_files(tmp_path):
 def test_files_opened_later_sort_later(tmp_path, monkeypatch):
     """TensorBoard's loaders read a run's files in name order: 12 writers opened in the same
     second (the file numbers cross from 9 to 10) are read in the order they were opened."""
-    from tb_wur_plugin import writer as writer_module
+    from tb_wur_plugin.event_write import summary_writer
 
-    monkeypatch.setattr(writer_module.time, "time", lambda: 1.7e9)
+    monkeypatch.setattr(summary_writer.time, "time", lambda: 1.7e9)
     paths = []
     for step in range(12):
         with SummaryWriter(tmp_path) as writer:
@@ -398,7 +398,7 @@ def test_numbers_of_many_kinds_are_accepted(tmp_path):
 def test_the_record_checksum_is_tensorboard_s(size):
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-    from tb_wur_plugin.events import event_file
+    from tb_wur_plugin.event_write import event_file
 
     data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
     assert event_file.masked_crc32c(data) == masked_crc32c(data)

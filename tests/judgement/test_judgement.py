@@ -29,12 +29,6 @@ HEALTHY = [n for n, r in RUNS.items() if r.healthy]
 SICK = [n for n, r in RUNS.items() if not r.healthy]
 
 
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory):
-    """The corpus, written once per test session (about a minute of CPU)."""
-    logdir = str(tmp_path_factory.mktemp("judgement_corpus"))
-    judgement_corpus.generate(logdir)
-    return logdir
 
 
 @pytest.fixture(scope="session")

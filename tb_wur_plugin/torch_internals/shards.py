@@ -12,11 +12,11 @@ element exactly once. `reduce_norms` then sums the counted parts' float64 sums o
 more collectives, the norms whose reduced sum may have overflowed or underflowed (decided
 from the reduced sums, so on every rank alike).
 
-Private PyTorch API, read only and only here: FSDP1's `FlatParameter` (its class, from
-`torch.distributed.fsdp._flat_param`, and its `_fqns`, `_shapes`, `_param_infos`,
-`_shard_param_infos` and `_params`), and `FullyShardedDataParallel._flat_param` and
-`._handle` (`.uses_sharded_strategy`, `.process_group`: the ranks that hold one copy).
-`tests/test_torch_sharded.py` exercises all of them against the installed PyTorch.
+Private PyTorch API, read only and only here: the attributes of FSDP1's `FlatParameter`
+(`_fqns`, `_shapes`, `_param_infos`, `_shard_param_infos` and `_params`), and
+`FullyShardedDataParallel._flat_param` and `._handle` (`.uses_sharded_strategy`,
+`.process_group`: the ranks that hold one copy). `tests/test_torch_sharded.py` exercises all
+of them against the installed PyTorch.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays import torch_math
+from tb_wur_plugin.torch_internals.ranks import STEP_FIELDS, ranks_if_same_step, step_fields
 
 __all__ = [
     "Piece", "Reduced", "is_sharded", "pieces", "reduce_norms", "agreed_steps", "tag_and_dtype",
@@ -40,9 +41,6 @@ __all__ = [
 
 # The attribute names of the wrappers whose segments tags drop anywhere in a name.
 _WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod")
-
-# A step is compared across ranks by this residue (its square is exact in float64).
-_STEP_MODULUS = 65521
 
 
 class Reduced(NamedTuple):
@@ -119,14 +117,6 @@ def _fsdp1_type():
     except ImportError:
         return None
     return FullyShardedDataParallel
-
-
-def _flat_parameter_type():
-    try:
-        from torch.distributed.fsdp._flat_param import FlatParameter
-    except ImportError:
-        return None
-    return FlatParameter
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -327,8 +317,7 @@ def reduce_norms(
         which agrees on skipping across ranks).
     """
     n = len(entries)
-    residue = float(step % _STEP_MODULUS)
-    head = torch.tensor([float(skipped), residue, residue * residue, 1.0], dtype=torch.float64,
+    head = torch.tensor([float(skipped), *step_fields(step)], dtype=torch.float64,
                         device=weight_sums.device)
     parts = [head, weight_sums, update_sums]
     if counts is not None:
@@ -336,25 +325,21 @@ def reduce_norms(
     vector = torch.cat(parts)
     dist.all_reduce(vector)
     reduced = vector.cpu().numpy()
-    skips, residues, squares, ranks = reduced[:4]
-    if squares * ranks != residues * residues:  # the residues' variance is not 0
-        raise RuntimeError(
-            f"tb_wur_plugin.torch.watch: the ranks are not logging the same step (this "
-            f"rank: step {step}): every rank must call watch alike and count the same "
-            "optimizer.step() calls"
-        )
-    if 0 < skips < ranks and dist.get_rank() == 0:
+    skips = reduced[0]
+    count = ranks_if_same_step(reduced[1:], step)
+    if 0 < skips < count and dist.get_rank() == 0:
         warnings.warn(
             f"tb_wur_plugin.torch.watch: at step {step} the GradScaler skipped the update on "
-            f"{int(skips)} of {int(ranks)} ranks and not on the others, so the shards moved "
+            f"{int(skips)} of {count} ranks and not on the others, so the shards moved "
             "apart; the logged ratios are those of the shards that moved. Use "
             "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler, which agrees on "
             "skipping across ranks",
             UserWarning,
             stacklevel=4,
         )
-    weight = reduced[4:4 + n].copy()
-    update = reduced[4 + n:4 + 2 * n].copy()
+    start = 1 + STEP_FIELDS  # after the head
+    weight = reduced[start:start + n].copy()
+    update = reduced[start + n:start + 2 * n].copy()
     both = np.concatenate([weight, update])
     unsafe = [i for i, s in enumerate(both) if torch_math.needs_exact_norm(s)]
     if unsafe:
@@ -367,8 +352,8 @@ def reduce_norms(
     norms = np.sqrt(both)
     hists = None
     if counts is not None:
-        hists = np.rint(reduced[4 + 2 * n:]).astype(np.int64).reshape(n, metadata.NUM_BUCKETS)
-    return Reduced(norms[:n], norms[n:], hists, bool(skips == ranks))
+        hists = np.rint(reduced[start + 2 * n:]).astype(np.int64).reshape(n, metadata.NUM_BUCKETS)
+    return Reduced(norms[:n], norms[n:], hists, bool(skips == count))
 
 
 def _exact_norms(tensors: list[torch.Tensor], counted: list[bool], device) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The flag rule (flags.py) on hand-made series, and /flags and `tb-wur report` flagging the
+"""The judgement (judgement/judge.py) on hand-made series, and /flags and `tb-wur report` flagging the
 same layers of the same logdir."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from backend import Backend
 from tb_wur_plugin import cli
-from tb_wur_plugin.read import flags, heatmap
+from tb_wur_plugin.judgement import judge as judgement
+from tb_wur_plugin.read import heatmap
 from tb_wur_plugin.writer import SummaryWriter
 
 # in the band [1e-4, 1e-2], above it, below it; float32, the precision the matrix holds
@@ -24,7 +25,7 @@ def judge(values, skipped=(), patience=5, steps=None):
     matrix = heatmap.RunMatrix.from_series(
         [("layer", steps, np.asarray(values, np.float64))], skipped
     )
-    (layer,) = flags.judge_layers(matrix, 1e-4, 1e-2, patience)
+    (layer,) = judgement.judge_layers(matrix, 1e-4, 1e-2, patience)
     assert layer["flagged"] == (layer["since"] is not None)
     assert (layer["reason"] is None) == (not layer["flagged"])
     return layer
@@ -65,7 +66,7 @@ def test_inf_at_the_first_step_is_expected_later_it_flags():
     matrix = heatmap.RunMatrix.from_series(
         [("a", np.arange(6), np.full(6, IN)), ("b", np.arange(3, 6), np.array([math.inf, IN, IN]))]
     )
-    assert [l["flagged"] for l in flags.judge_layers(matrix, 1e-4, 1e-2, 5)] == [False, False]
+    assert [l["flagged"] for l in judgement.judge_layers(matrix, 1e-4, 1e-2, 5)] == [False, False]
 
 
 def test_nan_at_any_step_flags():
@@ -202,7 +203,7 @@ def run_of(rows, skipped=(), steps=None):
 
 def default(rows, kinds=None, patience=5, skipped=(), **band):
     matrix = run_of(rows, skipped)
-    judged = flags.judge_layers(matrix, band.get("low"), band.get("high"), patience, kinds)
+    judged = judgement.judge_layers(matrix, band.get("low"), band.get("high"), patience, kinds)
     return {l["tag"]: l for l in judged}
 
 
@@ -312,13 +313,13 @@ def test_layers_growing_from_zero_are_peers_of_each_other_only():
 def test_the_layer_kinds_must_match_the_matrix():
     matrix = run_of({"a": [1e-3], "b": [1e-3]})
     with pytest.raises(ValueError, match="kinds names 1 layers"):
-        flags.judge_layers(matrix, kinds=[M])
+        judgement.judge_layers(matrix, kinds=[M])
     with pytest.raises(ValueError, match="unknown layer kind"):
-        flags.judge_layers(matrix, kinds=[M, "tensor"])
+        judgement.judge_layers(matrix, kinds=[M, "tensor"])
     with pytest.raises(ValueError, match="must be below"):
-        flags.judge_layers(matrix, low=1e-2, high=1e-3)
+        judgement.judge_layers(matrix, low=1e-2, high=1e-3)
     with pytest.raises(ValueError, match="patience"):
-        flags.judge_layers(matrix, patience=True)
+        judgement.judge_layers(matrix, patience=True)
 
 
 def test_the_shape_travels_with_the_ratios_and_older_runs_fall_back(tmp_path):
@@ -374,12 +375,12 @@ def test_judging_in_blocks_of_steps_changes_nothing(monkeypatch):
     rows["v2"][60] = math.nan
     kinds = [M, M, M, M, V, V, V, V]
     matrix = run_of(rows, skipped=[10, 11])
-    whole = flags.judge_layers(matrix, kinds=kinds)
+    whole = judgement.judge_layers(matrix, kinds=kinds)
     assert {layer["reason"] for layer in whole} >= {"not_moving", "slow_outlier", "nan"}
-    monkeypatch.setattr(flags, "_BLOCK_CELLS", 8)
-    assert flags.judge_layers(matrix, kinds=kinds) == whole
-    assert flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds) == (
-        monkeypatch.undo() or flags.judge_layers(matrix, 1e-4, 1e-2, 3, kinds))
+    monkeypatch.setattr(judgement, "_BLOCK_CELLS", 8)
+    assert judgement.judge_layers(matrix, kinds=kinds) == whole
+    assert judgement.judge_layers(matrix, 1e-4, 1e-2, 3, kinds) == (
+        monkeypatch.undo() or judgement.judge_layers(matrix, 1e-4, 1e-2, 3, kinds))
 
 
 def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
@@ -394,8 +395,8 @@ def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
     spectral = heatmap.RunMatrix.from_series(
         [("a/weight", np.array([0, 2, 3, 5]), np.array([0.0, 0.0, 0.0, 0.0])),
          ("b/kernel", np.array([0, 2, 3, 5]), np.array([0.0, 0.0, 0.0, 0.0]))])
-    moving = flags.others_moving(spectral, reference)
+    moving = judgement.others_moving(spectral, reference)
     # a/weight: only a/bias counts (0 at step 0, 1e-3 at 2 and 3); b/kernel: any layer
     assert moving.tolist() == [[False, True, True, False], [True, True, True, False]]
     with pytest.raises(ValueError, match="moving has shape"):
-        flags.judge_layers(spectral, moving=moving[:, :2])
+        judgement.judge_layers(spectral, moving=moving[:, :2])

@@ -1,0 +1,177 @@
+"""The facts of each cell (layer × logged step) that the reasons' conditions read
+(reasons.py), computed for a block of steps at once. Every fact of a cell depends on its own
+step only (the peers are the other layers at that step), and on what the layer did at earlier
+steps only through `moved_before` and its group: so a block of one step, as the online
+judgement (online.py) computes it, gives what the same step gives inside a whole run.
+
+Peers: a layer's group is its kind (`metadata.layer_kind`) and whether it grows from zero
+(the first update that moved it found it at exactly 0: +inf; its ratio is then 1/k at its
+k-th update whatever its learning rate); a layer joins that group at the step it first moves,
+before which it has no positive ratio and so is no one's peer either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tb_wur_plugin.judgement.thresholds import (
+    MIN_PEERS,
+    OUTLIER_CONFIRM_FACTOR,
+    RUN_MOVING_FROM,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cells:
+    """The facts of a block of cells, each an array [L, C] (layers × the block's steps)."""
+
+    values: np.ndarray  # float64: the ratios, NaN where not present
+    present: np.ndarray  # a ratio was logged
+    skipped: np.ndarray  # logged at a step the optimizer skipped (every ratio 0 by design)
+    judged: np.ndarray  # logged, not skipped
+    finite: np.ndarray  # judged, finite
+    positive: np.ndarray  # judged, finite, > 0
+    broken: np.ndarray  # logged, NaN or negative (no ratio)
+    infinite: np.ndarray  # logged, +inf
+    nonfinite: np.ndarray  # logged, NaN or ±inf
+    below: np.ndarray  # finite, below the counting band's low edge
+    above: np.ndarray  # finite, above its high edge
+    run_moving: np.ndarray  # another layer (or the `moving` evidence) moves at this step
+    moved_before: np.ndarray  # the layer had a judged ratio > 0 at an earlier step
+    peers_ok: np.ndarray  # positive, and the peers' median is known and moving
+    gap: np.ndarray  # float64: log10 of the ratio over its peers' median (NaN: none)
+    confirmed: np.ndarray  # also OUTLIER_CONFIRM_FACTOR times from its group's median
+
+
+def cells_of(
+    values: np.ndarray,
+    present: np.ndarray,
+    skipped_steps: np.ndarray,
+    group_rows: list[list[int]],
+    counting_band: tuple[float, float],
+    moved_before: np.ndarray,
+    moving: np.ndarray | None = None,
+) -> Cells:
+    """The facts of a block of steps of every layer.
+
+    Args:
+        values: [L, C] the ratios (any float dtype; judged as float64).
+        present: bool[L, C]: a ratio was logged.
+        skipped_steps: bool[C]: the steps the optimizer skipped.
+        group_rows: the rows of each group of peers (module docstring); every row whose
+            ratio is positive somewhere in the block is in one.
+        counting_band: (low, high) that `below` and `above` count against.
+        moved_before: bool[L, C]: the layer had a judged ratio > 0 at an earlier step.
+        moving: bool[L, C], more evidence that the run moves (`others_moving`); None: none.
+
+    Returns:
+        The block's Cells.
+    """
+    v = values.astype(np.float64)
+    p = present
+    skipped = p & skipped_steps[None, :]
+    judged = p & ~skipped
+    with np.errstate(invalid="ignore"):
+        finite = judged & np.isfinite(v)
+        positive = finite & (v > 0)
+        broken = p & ~(v >= 0)  # NaN or negative
+        infinite = p & (v == np.inf)
+        nonfinite = p & ~np.isfinite(v)
+        below = finite & (v < counting_band[0])
+        above = finite & (v > counting_band[1])
+    log_v = positive_log10(v, positive)
+    # the run moves at a step when another layer's ratio is at least RUN_MOVING_FROM
+    run_moving = leave_one_out_max(np.where(finite, v, np.nan)) >= RUN_MOVING_FROM
+    if moving is not None:
+        run_moving = run_moving | moving
+    # the peers' median of log10 ratio, per layer and step (NaN: too few peers), and the
+    # group's median, the layer included (NaN: too few layers)
+    peer_log = np.full(v.shape, np.nan)
+    group_log = np.full(v.shape, np.nan)
+    for rows in group_rows:
+        peer_log[rows], group_log[rows] = group_medians(log_v[rows])
+    with np.errstate(invalid="ignore"):
+        peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
+        # the gap to the group's median confirms it: among a few layers, one odd layer drags
+        # the others' leave-one-out median toward itself and makes them look odd too
+        confirmed = np.abs(log_v - group_log) >= np.log10(OUTLIER_CONFIRM_FACTOR)
+    return Cells(
+        values=v, present=p, skipped=skipped, judged=judged, finite=finite, positive=positive,
+        broken=broken, infinite=infinite, nonfinite=nonfinite, below=below, above=above,
+        run_moving=run_moving, moved_before=moved_before, peers_ok=peers_ok,
+        gap=log_v - peer_log, confirmed=confirmed,
+    )
+
+
+def positive_log10(values: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """float64 of the same shape: log10 of `values` where `positive`, NaN elsewhere."""
+    return np.where(positive, np.log10(np.where(positive, values, 1.0)), np.nan)
+
+
+def group_medians(log_v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the peers' median, NaN with fewer than MIN_PEERS peers; the group's median, the layer
+    included, NaN with fewer than MIN_PEERS + 1 layers) of each cell of `log_v` [R, C], the
+    rows of one group, over the non-NaN values of its column."""
+    return _medians(log_v, MIN_PEERS, MIN_PEERS + 1)
+
+
+def leave_one_out_max(values: np.ndarray) -> np.ndarray:
+    """float64[L, S]: at each (i, j), the largest non-NaN value of column j in the rows other
+    than i; NaN where there is none."""
+    n_rows = values.shape[0]
+    out = np.full(values.shape, np.nan)
+    if n_rows < 2:
+        return out
+    filled = np.where(np.isnan(values), -np.inf, values)
+    cols = np.arange(values.shape[1])
+    top = np.argmax(filled, axis=0)  # the first of the largest
+    others = filled.copy()
+    others[top, cols] = -np.inf
+    second = np.argmax(others, axis=0)  # the first of the largest of the others
+    best = np.where(np.arange(n_rows)[:, None] == top[None, :], filled[second, cols][None, :],
+                    filled[top, cols][None, :])
+    return np.where(np.isinf(best) & (best < 0), np.nan, best)
+
+
+def _medians(
+    values: np.ndarray, min_others: int, min_layers: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the leave-one-out medians: at each (i, j), the median of column j's non-NaN values in
+    the rows other than i, NaN where fewer than `min_others` of them; the group's medians: of
+    column j's non-NaN values, row i included, NaN where fewer than `min_layers`) of
+    `values` [L, S], from one sort of each column.
+
+    With a column's n non-NaN values sorted, r_0 <= ... <= r_{n-1}, the k-th smallest of
+    the others of a cell holding v is r_k when v > r_k, else r_{k+1} (removing one copy of
+    v); a NaN cell's others are all n. A median is the mean of the two middle values."""
+    n_rows, n_cols = values.shape
+    peer = np.full(values.shape, np.nan)
+    group = np.full(values.shape, np.nan)
+    if n_cols == 0:
+        return peer, group
+    ranked = np.sort(values.T, axis=1)  # [S, L]: each column's values ascending, NaN last
+    valid = ~np.isnan(values)
+    count = valid.sum(axis=0)
+    cols = np.arange(n_cols)
+
+    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column (k within 0 .. n_rows - 1)
+        return ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
+
+    middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
+    enough = count >= min_layers
+    group[:, enough] = middle[None, enough]
+    if n_rows < 2:
+        return peer, group
+
+    def nth_other(k: np.ndarray) -> np.ndarray:  # [L, S]: the k-th of each cell's others
+        r_k, r_next = nth(k)[None, :], nth(k + 1)[None, :]
+        return np.where(values > r_k, r_k, r_next)
+
+    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
+    median = np.where(valid, (nth_other(lo) + nth_other(hi)) / 2, middle[None, :])
+    others = count[None, :] - valid
+    has_enough = others >= max(min_others, 1)
+    peer[has_enough] = median[has_enough]
+    return peer, group

@@ -1,0 +1,401 @@
+"""The judgement of a whole run: which layers are flagged, since which step and why, in one
+line of English each, and the per-layer numbers the headless report prints. Pure numpy. The
+tab (`/flags`) and `tb-wur report` both call `judge_layers`, so that they flag the same
+layers with the same reasons, counts and words for the same settings; the online judgement
+(online.py) gives the same findings step by step.
+
+Judged steps are the logged steps the optimizer did not skip (the skipped-step marker: every
+ratio 0 by design). A *streak* is a run of consecutive judged steps at which a condition
+holds; steps at which the condition cannot be judged (a non-finite ratio; for the peer rules,
+too few peers; for `not_moving`, a run that is not moving as a whole) neither extend nor
+break it. `patience` (>= 1) is the streak length that flags.
+
+The reasons, their conditions and words are the table in reasons.py; the facts of each cell
+they read, the peers included, in cells.py; the thresholds in thresholds.py (docs/report.md
+says why each is where it is). The default judgement (no band given) flags only what is a
+defect whatever the optimizer (``nan``, ``inf``, ``not_moving``, ``too_fast``,
+``slow_outlier``, ``fast_outlier``); an explicit band (either edge given) adds the band rule on
+top: a finite ratio out of [low, high] at `patience` judged steps in a row, ``below_band`` or
+``above_band`` (a streak with steps on both sides is named by the side of its first step; 0
+is below). The spectral ratios cover the matrices only: judging them, the run's Frobenius
+ratios moving count as the run moving too (`others_moving`), so that a network whose
+matrices all died while a bias still moves is not taken for one that stopped.
+
+`since` is a step, the earliest of the findings (for a streak its first step), and `reason`
+the finding at `since` (on a tie, the first in the table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from tb_wur_plugin import metadata
+from tb_wur_plugin.judgement import reasons as table
+from tb_wur_plugin.judgement.cells import (
+    cells_of,
+    group_medians,
+    leave_one_out_max,
+    positive_log10,
+)
+from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE, RUN_MOVING_FROM
+
+# The fields of a layer that the report prints (docs/report.md), in order.
+REPORT_FIELDS = (
+    "tag", "logged_steps", "median", "last", "above", "below", "nonfinite", "flagged", "since",
+)
+# What /flags answers per flagged layer besides `tag`, `reason`, `since` and `text`.
+COUNT_FIELDS = ("steps_in_a_row", "steps_in_total", "judged_steps", "skipped_steps")
+
+
+class Ratios(Protocol):
+    """A run's ratios as the judgement reads them (`read.heatmap.RunMatrix` is one):
+    `values[i, j]` is layer `tags[i]` at `steps[j]` where `present[i, j]`."""
+
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+
+    @property
+    def steps(self) -> np.ndarray: ...  # int[S], ascending, distinct
+
+    @property
+    def values(self) -> np.ndarray: ...  # float[L, S] (float32 as the events hold them)
+
+    @property
+    def present(self) -> np.ndarray: ...  # bool[L, S]
+
+    @property
+    def skipped_mask(self) -> np.ndarray: ...  # bool[S]: the steps the optimizer skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One reason a layer is flagged for, as the judgement of the steps so far gives it."""
+
+    reason: str  # a name of reasons.REASONS
+    since: int  # its first step
+    steps_in_a_row: int | None  # a streak's judged steps; None for a single-step finding
+    steps_in_total: int  # steps at which its condition held
+    text: str  # one line of English
+
+
+def band_of(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """The explicit band of a request: None when neither edge is given (the default
+    judgement); else (low, high), a missing edge from thresholds.DEFAULT_BAND.
+
+    Raises:
+        ValueError: low is not below high.
+    """
+    if low is None and high is None:
+        return None
+    low = DEFAULT_BAND[0] if low is None else low
+    high = DEFAULT_BAND[1] if high is None else high
+    if not low < high:
+        raise ValueError(f"low ({low:g}) must be below high ({high:g})")
+    return low, high
+
+
+def check_settings(
+    patience: int, n_layers: int, kinds: list[str] | tuple[str, ...] | None,
+) -> list[str]:
+    """The layer kinds to judge with (all unknown for None), once the settings are checked.
+
+    Raises:
+        ValueError: patience is no integer of at least 1, `kinds` does not name `n_layers`
+            layers, or names an unknown kind.
+    """
+    if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
+        raise ValueError(f"patience must be an integer of at least 1, got {patience!r}")
+    if kinds is None:
+        return [metadata.LAYER_UNKNOWN] * n_layers
+    kinds = list(kinds)
+    if len(kinds) != n_layers:
+        raise ValueError(f"kinds names {len(kinds)} layers, the matrix has {n_layers}")
+    for k in kinds:
+        if k not in metadata.LAYER_KINDS:
+            raise ValueError(f"unknown layer kind {k!r}; expected one of {metadata.LAYER_KINDS}")
+    return kinds
+
+
+def judge_layers(
+    matrix: Ratios,
+    low: float | None = None,
+    high: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    kinds: list[str] | tuple[str, ...] | None = None,
+    moving: np.ndarray | None = None,
+) -> list[dict]:
+    """Every layer of `matrix` judged (module docstring), in the matrix's (model) order.
+
+    Args:
+        matrix: the run's ratios.
+        low, high: the band's edges; both None: the default judgement only; else the band
+            rule too, a missing edge from thresholds.DEFAULT_BAND.
+        patience: judged steps in a row that make a streak flag (>= 1).
+        kinds: each row's layer kind (metadata.LAYER_KINDS), e.g. from run_data.layer_kinds;
+            None: all unknown.
+        moving: bool[L, S], more evidence that the run moves at each layer's steps besides
+            its other layers in `matrix` (`others_moving` of the run's Frobenius ratios when
+            judging its spectral ones); None: none.
+
+    Returns:
+        One dict per layer with the keys of REPORT_FIELDS (median over the finite ratios of
+        judged steps, None if none; last: the ratio at the last logged step; above/below:
+        judged steps with a finite ratio > high / < low of the band, the default band when
+        none is given; nonfinite: logged steps with NaN or ±inf), and reason (a name of
+        reasons.REASONS, None when not flagged), text (one line of English, None when not
+        flagged), kind, judged_steps, skipped_steps, steps_in_a_row (the streak of the
+        finding at `since`; None for a single-step finding: nan, inf), steps_in_total
+        (judged steps at which the finding's condition held; for nan, logged steps),
+        nan_steps, inf_steps, first_nan_step, first_inf_step, out_of_band_fraction (above +
+        below over the judged steps), first_out_of_band_step, last_out_of_band_step, the
+        since of each finding (``<reason>_since``, None when absent), streak_since and
+        streak_length (of the band rule; None and 0 without a band).
+
+    Raises:
+        ValueError: a setting is bad (`check_settings`, `band_of`), or `moving` has not the
+            matrix's shape.
+    """
+    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
+    steps = matrix.steps
+    layers = []
+    for row, c, found in run.rows():
+        v_row = matrix.values[row].astype(np.float64)
+        below_row, above_row = c["below"], c["above"]
+        logged_cols = np.flatnonzero(c["present"])
+        n_judged = int(c["judged"].sum())
+        finite_values = v_row[c["finite"]]
+        since = reason = None
+        if found:
+            reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
+            since = int(steps[found[reason].cols[0]])
+        finding = found.get(reason)
+        band_found = [f for r, f in found.items() if table.BY_NAME[r].judgement == table.BAND]
+        out_steps = steps[below_row | above_row]
+        broken_steps = steps[c["broken"]]
+        layer = {
+            "tag": matrix.tags[row],
+            "logged_steps": len(logged_cols),
+            "median": float(np.median(finite_values)) if len(finite_values) else None,
+            "last": float(v_row[logged_cols[-1]]) if len(logged_cols) else None,
+            "above": int(above_row.sum()),
+            "below": int(below_row.sum()),
+            "nonfinite": int(c["nonfinite"].sum()),
+            "flagged": since is not None,
+            "since": since,
+            "reason": reason,
+            "text": run.text(row, reason, finding) if finding else None,
+            "kind": run.kinds[row],
+            "judged_steps": n_judged,
+            "skipped_steps": int(c["skipped"].sum()),
+            "steps_in_a_row": finding.in_a_row if finding else None,
+            "steps_in_total": finding.total if finding else None,
+            "nan_steps": len(broken_steps),
+            "inf_steps": int(c["infinite"].sum()),
+            "first_nan_step": _first(broken_steps),
+            "first_inf_step": _first(steps[c["infinite"]]),
+            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
+            "first_out_of_band_step": _first(out_steps),
+            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
+            "streak_since": int(steps[band_found[0].cols[0]]) if band_found else None,
+            "streak_length": len(band_found[0].cols) if band_found else 0,
+        }
+        for name in table.NAMES:
+            f = found.get(name)
+            layer[f"{name}_since"] = int(steps[f.cols[0]]) if f else None
+        layers.append(layer)
+    return layers
+
+
+def findings(
+    matrix: Ratios,
+    low: float | None = None,
+    high: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    kinds: list[str] | tuple[str, ...] | None = None,
+    moving: np.ndarray | None = None,
+) -> list[dict[str, Finding]]:
+    """Every finding of every layer of `matrix`, not only the one at `since` that
+    `judge_layers` names: per layer (model order), {reason: its Finding}, in table order.
+    The arguments and errors are `judge_layers`'; a finding's since, counts and text are what
+    `judge_layers` gives when it is the layer's reason."""
+    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
+    out = []
+    for row, _, found in run.rows():
+        out.append({
+            name: Finding(name, int(matrix.steps[f.cols[0]]), f.in_a_row, f.total,
+                          run.text(row, name, f))
+            for name, f in found.items()
+        })
+    return out
+
+
+def flag_layers(
+    matrix: Ratios,
+    low: float | None = None,
+    high: float | None = None,
+    patience: int = DEFAULT_PATIENCE,
+    kinds: list[str] | tuple[str, ...] | None = None,
+    moving: np.ndarray | None = None,
+) -> list[dict]:
+    """The flagged layers of `matrix` (see `judge_layers`), in `flag_order`, as `/flags`
+    lists them: tag, reason, since, text and the COUNT_FIELDS first, then the other keys of
+    `judge_layers` but `flagged`, and below_steps and above_steps (= below and above, the
+    names the tab has read since before the report)."""
+    flagged = []
+    for layer in judge_layers(matrix, low, high, patience, kinds, moving):
+        if layer["flagged"]:
+            first = {k: layer[k] for k in ("tag", "reason", "since", "text", *COUNT_FIELDS)}
+            rest = {k: v for k, v in layer.items() if k not in first and k != "flagged"}
+            flagged.append({**first, **rest, "below_steps": layer["below"],
+                            "above_steps": layer["above"]})
+    return sorted(flagged, key=flag_order)
+
+
+def flag_order(layer: dict) -> tuple:
+    """Sort key of flagged layers: NaN first, then by `since`, then by tag."""
+    return (layer["reason"] != "nan", layer["since"], layer["tag"])
+
+
+def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
+    """bool[L, S]: at each layer and step of `matrix`, whether a layer of `reference` (the
+    same run's Frobenius ratios) other than the one of the same tag had a judged finite
+    ratio of at least RUN_MOVING_FROM at the same step (False at steps it lacks)."""
+    judged = reference.present & ~reference.skipped_mask[None, :]
+    values = np.where(judged, reference.values.astype(np.float64), np.nan)
+    with np.errstate(invalid="ignore"):
+        others = leave_one_out_max(values) >= RUN_MOVING_FROM  # [R, S_ref]
+        any_layer = np.nanmax(np.where(np.isnan(values), -np.inf, values), axis=0,
+                              initial=-np.inf) >= RUN_MOVING_FROM
+    row_of = {tag: i for i, tag in enumerate(reference.tags)}
+    by_row = np.stack([others[row_of[t]] if t in row_of else any_layer for t in matrix.tags]) \
+        if matrix.tags else np.zeros((0, len(reference.steps)), bool)
+    out = np.zeros(matrix.values.shape, bool)
+    index = np.searchsorted(reference.steps, matrix.steps)
+    found = index < len(reference.steps)
+    found[found] = reference.steps[index[found]] == matrix.steps[found]
+    out[:, found] = by_row[:, index[found]]
+    return out
+
+
+# --- the whole run, in blocks of steps ----------------------------------------------------------
+
+# Cells judged at once (bounds the temporaries of a large run: ~15 float64 arrays of a block).
+_BLOCK_CELLS = 1 << 18
+# The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
+# (kept as bits: a large run's cells at about 16 bits a cell).
+_FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
+          "above")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    cols: np.ndarray  # the finding's columns (a streak's, or every hit)
+    in_a_row: int | None
+    total: int
+
+
+class _JudgedRun:
+    """A run's cells, computed in blocks of steps (every fact of a cell depends on its own
+    step, and on the layer's past through when it first moved) and kept as bits: the facts
+    of _FACTS and the conditions of the judged reasons (reasons.conditions)."""
+
+    def __init__(self, matrix: Ratios, low, high, patience, kinds, moving):
+        self.band = band_of(low, high)
+        self.kinds = check_settings(patience, len(matrix.tags), kinds)
+        if moving is not None and moving.shape != matrix.values.shape:
+            raise ValueError(f"moving has shape {moving.shape}, the matrix {matrix.values.shape}")
+        self.matrix, self.patience = matrix, patience
+        self.rules = table.rules(table.active(self.band))
+        n_layers, n_steps = matrix.values.shape
+        skipped_steps = matrix.skipped_mask
+        # the column at which each layer first moved (a judged ratio > 0; n_steps: never),
+        # and whether it grew from zero there (+inf)
+        first_move = np.full(n_layers, n_steps)
+        from_zero = []
+        for row in range(n_layers):
+            v_row = matrix.values[row]
+            with np.errstate(invalid="ignore"):
+                moved = np.flatnonzero(matrix.present[row] & ~skipped_steps & (v_row > 0))
+            if len(moved):
+                first_move[row] = moved[0]
+            from_zero.append(bool(len(moved)) and v_row[moved[0]] == np.inf)
+        self.groups = list(zip(self.kinds, from_zero))
+        group_rows = [[i for i, g in enumerate(self.groups) if g == group]
+                      for group in set(self.groups)]
+        counting_band = self.band if self.band is not None else DEFAULT_BAND
+        sources = {**{fact: fact for fact in _FACTS}, **table.conditions(table.active(self.band))}
+        self._bits = {key: np.zeros((n_layers, -(-n_steps // 8)), np.uint8) for key in sources}
+        width = max(8, (_BLOCK_CELLS // max(n_layers, 1)) // 8 * 8)
+        for c0 in range(0, n_steps, width):
+            c1 = min(c0 + width, n_steps)
+            moved_before = np.arange(c0, c1)[None, :] > first_move[:, None]
+            cells = cells_of(
+                matrix.values[:, c0:c1], matrix.present[:, c0:c1], skipped_steps[c0:c1],
+                group_rows, counting_band, moved_before,
+                None if moving is None else moving[:, c0:c1],
+            )
+            for key, condition in sources.items():
+                self._bits[key][:, c0 // 8:-(-c1 // 8)] = np.packbits(
+                    table.evaluate(condition, cells), axis=1)
+
+    def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
+        """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
+        n = len(self.matrix.steps)
+        for row in range(len(self.matrix.tags)):
+            c = {name: np.unpackbits(b[row], count=n).astype(bool)
+                 for name, b in self._bits.items()}
+            found = {}
+            for reasons in self.rules.values():
+                hit = c[reasons[0].hit_key]
+                if reasons[0].streak:
+                    cols = _streak(c[reasons[0].judges_key], hit, self.patience)
+                    if cols is None:
+                        continue
+                    in_a_row = len(cols)
+                else:
+                    cols = np.flatnonzero(hit)
+                    if not len(cols):
+                        continue
+                    in_a_row = None
+                named = reasons[0] if len(reasons) == 1 else next(
+                    r for r in reasons if c[r.starts_key][cols[0]])
+                found[named.name] = _Found(cols, in_a_row, int(hit.sum()))
+            yield row, c, found
+
+    def text(self, row: int, reason: str, found: _Found) -> str:
+        """The finding's words (reasons.Reason.words)."""
+        cols, m = found.cols, self.matrix
+        rows = [i for i, g in enumerate(self.groups) if g == self.groups[row]]
+        v = m.values[np.ix_(rows, cols)].astype(np.float64)
+        judged = m.present[np.ix_(rows, cols)] & ~m.skipped_mask[cols][None, :]
+        with np.errstate(invalid="ignore"):
+            log_v = positive_log10(v, judged & np.isfinite(v) & (v > 0))
+        peer_log, _ = group_medians(log_v)
+        at = rows.index(row)
+        evidence = table.Evidence(
+            since=int(m.steps[cols[0]]), in_a_row=found.in_a_row, total=found.total,
+            values=v[at], gaps=log_v[at] - peer_log[at], band=self.band, kind=self.kinds[row],
+        )
+        return table.BY_NAME[reason].words(evidence)
+
+
+def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
+    """The columns of the first run of at least `patience` hits among the `evaluable`
+    columns (non-evaluable columns neither extend nor break it); None when there is none."""
+    columns = np.flatnonzero(evaluable)
+    seq = hit[columns]
+    if seq.sum() < patience:
+        return None
+    edges = np.diff(np.concatenate([[0], seq.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    long = np.flatnonzero(ends - starts >= patience)
+    if not len(long):
+        return None
+    return columns[starts[long[0]]:ends[long[0]]]
+
+
+def _first(steps: np.ndarray) -> int | None:
+    return int(steps[0]) if len(steps) else None
