@@ -49,7 +49,7 @@ import transformers  # noqa: E402
 
 from tb_wur_plugin import lightning as wur_lightning  # noqa: E402
 from tb_wur_plugin import read_ratios  # noqa: E402
-from tb_wur_plugin.arrays import torch_shards  # noqa: E402
+from tb_wur_plugin.torch_internals import shards  # noqa: E402
 from tb_wur_plugin.torch import watch  # noqa: E402
 from tb_wur_plugin.transformers import WeightUpdateRatioCallback  # noqa: E402
 
@@ -189,7 +189,7 @@ def _wrapping(model: torch.nn.Module) -> str:
     if fsdp1:
         text += f", {len(fsdp1)} FullyShardedDataParallel modules ({fsdp1[0].sharding_strategy})"
     text += f", {dtensors} of {len(parameters)} parameters DTensor"
-    sharded = torch.distributed.is_initialized() and torch_shards.is_sharded(model)
+    sharded = torch.distributed.is_initialized() and shards.is_sharded(model)
     return text + f"; watch's sharded path: {sharded}"
 
 
