@@ -14,7 +14,7 @@ relative over a whole round (or its Krylov space is exhausted: k = min(m, n), wh
 estimate is exact, or MAX_ITERATIONS). Plain power iteration converges as (σ₂/σ₁)^(2k),
 far too slowly for the near-degenerate tops of trained weights and of Adam's updates; the
 Krylov estimate converges much faster, and the rule above keeps it within 1e-3 of numpy's
-SVD on trained weights and updates (tests/test_spectral.py).
+SVD on trained weights and updates (tests/write/test_spectral.py).
 
 Each framework's kernel (`torch_spectral`, `jax_spectral`, `tf_write.spectral`) runs the
 iterations on the matrices' device; only α and β (two floats per matrix and iteration) come

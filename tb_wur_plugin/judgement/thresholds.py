@@ -1,5 +1,5 @@
 """The judgement's settings and thresholds (docs/report.md says why each is where it is, and
-what the corpus of real runs in tests/judgement_corpus.py showed)."""
+what the corpus of real runs in tests/support/judgement_corpus.py showed)."""
 
 # Judged steps in a row that make a streak flag, unless the user gives another patience.
 DEFAULT_PATIENCE = 5

@@ -3,7 +3,7 @@ TFRecord framing, `metadata.RECORD_HEADER_BYTES`), every unreadable stretch foun
 readable records after one read here, because TensorBoard's loaders do not read them.
 
 What TensorBoard does with a damaged file (read in TensorBoard 2.21 and its data server 0.7,
-and tested in tests/test_damaged_files.py):
+and tested in tests/read/test_damaged_files.py):
 - the fast loader (`--load_fast=true`, the Rust data server: `tf_record.rs`, `event_file.rs`,
   `run.rs`) reads a file's records until the first that fails: a length whose checksum fails,
   data that is no `Event` and fails its checksum, or an event with a NaN wall time mark the

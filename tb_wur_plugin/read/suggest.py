@@ -7,8 +7,8 @@ momentum (lr · the velocity, which does not depend on lr in PyTorch's form) and
 Adam-type optimizers (lr · m̂/(√v̂ + ε), and AdamW's decoupled decay lr · λ · w: the ratio
 is about lr / rms(w), it scales with lr and not with the gradient). So the suggestion gives
 exactly `target` for the next update from the same weights and optimizer state
-(tests/test_judgement.py checks it on PyTorch SGD and Adam); what it does not model is the
-course after (a schedule, the weights' growth, momentum built at another rate). What differs
+(tests/judgement/test_judgement.py checks it on PyTorch SGD and Adam); what it does not model is
+the course after (a schedule, the weights' growth, momentum built at another rate). What differs
 between the families is the target worth aiming at: an Adam-type ratio of about lr / rms(w)
 (≈ 2e-2 at lr 1e-3 for weights of rms 0.05, more for small biases) is healthy, so `target`
 (default 1e-3, an SGD rule of thumb) is for the user to choose per optimizer.

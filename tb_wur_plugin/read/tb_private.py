@@ -12,7 +12,7 @@ does). Other data providers: None, and the caller uses the public `read_scalars`
 `read_tensor_columns` does the same for `read_tensors`, each value an array taken straight
 from its `tensor_content` where it has one (the packed series, `metadata`'s protocol version
 3), else through `make_ndarray`.
-`tests/test_tb_private.py` fails, naming what changed, when a TensorBoard release changes
+`tests/read/test_tb_private.py` fails, naming what changed, when a TensorBoard release changes
 what is used here.
 """
 

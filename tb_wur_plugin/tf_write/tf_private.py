@@ -5,7 +5,7 @@ to read its recording conditions, to get a writer's resource handle or whether i
 to write a serialized `Summary` as it is, to make a variable that a `tf.distribute`
 strategy in scope does not turn into a distributed one, or to name the class of a
 `ParameterServerStrategy`'s partitioned variables. These functions do, and no other module touches
-`tensorflow.python`: `tests/test_tf_private.py` fails, naming what changed, when a
+`tensorflow.python`: `tests/write/test_tf_private.py` fails, naming what changed, when a
 TensorFlow release changes any of them.
 """
 

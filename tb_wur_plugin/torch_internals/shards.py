@@ -15,8 +15,8 @@ from the reduced sums, so on every rank alike).
 Private PyTorch API, read only and only here: the attributes of FSDP1's `FlatParameter`
 (`_fqns`, `_shapes`, `_param_infos`, `_shard_param_infos` and `_params`), and
 `FullyShardedDataParallel._flat_param` and `._handle` (`.uses_sharded_strategy`,
-`.process_group`: the ranks that hold one copy). `tests/test_torch_sharded.py` exercises all
-of them against the installed PyTorch.
+`.process_group`: the ranks that hold one copy). `tests/frameworks/test_torch_sharded.py`
+exercises all of them against the installed PyTorch.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 //   node tests/browser/wur_damage.mjs CONFIG.json
 // CONFIG: {url, label, damaged: {run: [line, ...]}, whole: [run, ...]}: the lines each damaged
 // run's notice shows (after its title), the runs that show none.
-// Exits non-zero with a message naming the failed check. Called by tests/test_damaged_files.py.
+// Exits non-zero with a message naming the failed check. Called by
+// tests/read/test_damaged_files.py.
 import { createRequire } from "node:module";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";

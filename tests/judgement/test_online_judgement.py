@@ -1,7 +1,7 @@
 """The judgement while training (judgement/online.py): step by step it fires what the report's
 judgement of the steps logged so far finds, at the step it first finds it, with its `since`
-and its text. Checked on every prefix of the real runs of tests/judgement_corpus.py where a
-flag appears (Frobenius and spectral ratios, the default judgement and an explicit band), and
+and its text. Checked on every prefix of the real runs of tests/support/judgement_corpus.py where
+a flag appears (Frobenius and spectral ratios, the default judgement and an explicit band), and
 on hand-made runs: the fire step and `since` of each kind of defect."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The example scripts run and write what the README says they write: one per face (the
 Keras callback, `wur_summary.watch`, PyTorch `watch`, JAX/optax, `writer.SummaryWriter`
 alone, the Hugging Face and Lightning callbacks), each read back (examples/armijo_fit.py:
-tests/test_armijo.py); a PyTorch run that stops itself at a flag."""
+tests/armijo/test_armijo.py); a PyTorch run that stops itself at a flag."""
 
 import importlib.util
 import json
