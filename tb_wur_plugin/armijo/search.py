@@ -76,7 +76,7 @@ class StochasticArmijo:
       max(C_k, f(w)), C_k the running average of the losses that weights the older ones by
       powers of ξ (ξ = 1: the mean of all losses so far; ξ = 0: the monotone condition).
     - ``reset="polyak"`` (PoNoS): the first trial is the Polyak step f(w) / (polyak_scale ·
-      ⟨g, d⟩ + 1e-8) times beta^l, l the memory of recent backtracks (it grows by the
+      ‖g‖² + 1e-8) times beta^l, l the memory of recent backtracks (it grows by the
       backtracks of a step less one, never below 0), capped by ``max_step_size`` and at least
       1e-6.
     - ``momentum=μ`` (SaLSA): d is the bias-corrected moving average of the gradients,
@@ -106,7 +106,7 @@ class StochasticArmijo:
         (> 0) applied to the first trial's step size: the papers' η_max.
       nonmonotone: ξ, 0 <= ξ <= 1 (default 0: the monotone condition).
       polyak_scale: c_p of ``reset="polyak"``, a number > 0 (PoNoS's default 0.1).
-      momentum: μ, 0 <= μ < 1 (default 0: d = g).
+      momentum: μ, 0 <= μ < 1 (default 0: d = g); not with ``reset="polyak"``.
       smoothing: β₃, 0 <= β₃ < 1 (default 0: no smoothing).
 
     Attributes:
@@ -150,6 +150,13 @@ class StochasticArmijo:
         self.polyak_scale = _positive_number("polyak_scale", polyak_scale)
         self.momentum = _number_within("momentum", momentum, 0.0, 1.0, high_open=True)
         self.smoothing = _number_within("smoothing", smoothing, 0.0, 1.0, high_open=True)
+        if reset == "polyak" and self.momentum > 0.0:
+            raise ValueError(
+                'reset="polyak" with momentum > 0 is not supported: the Polyak step '
+                "f / (polyak_scale * <g, d>) along a momentum direction d grows without bound "
+                "as d turns orthogonal to g (on digits it diverged); use momentum with "
+                'reset="grow", "keep" or "initial", or the Polyak step without momentum'
+            )
         self._n_batches_per_epoch: int | None = None
         # The growth factor of reset="grow" is read at run time, so that a traced step
         # follows a later change of n_batches_per_epoch (LineSearchModel sets it per fit).
@@ -444,7 +451,8 @@ class StochasticArmijo:
         elif self.reset == "initial":
             s0 = tf.constant(self.initial_step_size, tf.float64)
         else:
-            # PoNoS: f / (c_p·⟨g, d⟩ + 1e-8) · δ^l, then min(·, η_max), max(·, η_min).
+            # PoNoS: f / (c_p·‖g‖² + 1e-8) · δ^l, then min(·, η_max), max(·, η_min) (d = g:
+            # the slope is ‖g‖², as the reference computes it).
             polyak = f / (self.polyak_scale * slope + POLYAK_EPSILON)
             s0 = polyak * tf.pow(tf.constant(self.beta, tf.float64), self._polyak_memory)
         if self.max_step_size is not None:
