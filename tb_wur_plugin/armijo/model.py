@@ -149,7 +149,8 @@ class LineSearchModel(keras.Model):
             # Every replica searches on the global batch: the losses are the global batch's.
             context = tf.distribute.get_replica_context()
             x, y, sample_weight = tf.nest.map_structure(
-                lambda t: context.all_gather(t, axis=0), (x, y, sample_weight))
+                lambda t: None if t is None else context.all_gather(t, axis=0),
+                (x, y, sample_weight))
         model = self.model
         search = self._search
         trainable = list(model.trainable_variables)
