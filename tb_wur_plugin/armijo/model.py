@@ -97,6 +97,13 @@ class LineSearchModel(keras.Model):
     def search(self) -> StochasticArmijo:
         return self._search
 
+    @property
+    def step_log(self) -> StepLog:
+        """The results of the last `StepLog.capacity` steps: `step_log.read(first, end)`
+        gives the rows [step, step size, backtracks, loss, new loss] of steps first..end-1
+        (the steps counted by `optimizer.iterations`)."""
+        return self._step_log
+
     def call(self, inputs: Any, training: Any = None) -> Any:
         if self.model._call_has_training_arg:
             return self.model(inputs, training=training)

@@ -204,6 +204,17 @@ class StochasticArmijo:
             self._average_slope, *(self._momentum_slots or []),
         ]
 
+    def reset_state(self) -> None:
+        """Restore the state before the first call: the stored step size becomes
+        `initial_step_size`, the options' state (non-monotone average, Polyak memory,
+        momentum and its slots, smoothed averages) zero. Eagerly, between steps."""
+        self.step_size.assign(self.initial_step_size)
+        for variable in (self._reference_loss, self._reference_weight, self._polyak_memory,
+                         self._momentum_steps, self._average_decrease, self._average_slope):
+            variable.assign(0.0)
+        for slot in self._momentum_slots or []:
+            slot.assign(tf.zeros_like(slot))
+
     def build(self, variables: Any) -> None:
         """Make the momentum's slots (one zero tensor per variable) when ``momentum > 0``;
         nothing otherwise. `minimize` calls it; a caller that traces the step under a
