@@ -195,15 +195,6 @@ class StochasticArmijo:
             f"momentum={self.momentum!r}, smoothing={self.smoothing!r})"
         )
 
-    def state_variables(self) -> list[tf.Variable]:
-        """The search's own variables (stored step size, the options' state, the momentum
-        slots once built)."""
-        return [
-            self._grow_factor, self.step_size, self._reference_loss, self._reference_weight,
-            self._polyak_memory, self._momentum_steps, self._average_decrease,
-            self._average_slope, *(self._momentum_slots or []),
-        ]
-
     def reset_state(self) -> None:
         """Restore the state before the first call: the stored step size becomes
         `initial_step_size`, the options' state (non-monotone average, Polyak memory,

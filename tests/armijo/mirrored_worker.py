@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from tb_wur_plugin import armijo  # noqa: E402
 
-GLOBAL_BATCH, SAMPLES, EPOCHS = 10, 46, 2  # batches of 10 and a last one of 6: 3 + 3 a replica
+GLOBAL_BATCH, SAMPLES, EPOCHS = 10, 45, 2  # batches of 10 and a last one of 5: 3 + 2 a replica
 SCENARIOS = {
     # The recommended variant, on a model with dropout and BatchNormalization, its search
     # made in the strategy's scope.
