@@ -345,40 +345,36 @@ class StochasticArmijo:
         def stepped(step_size):
             return [w - tf.cast(step_size, w.dtype) * d for w, d in zip(weights, directions)]
 
-        def search():
-            # 5. Trials w' = w − s·d until the condition holds, s ← β·s after each rejection.
-            def cond(trials, s, found, new_f, decrease):
-                return tf.logical_and(tf.logical_not(found), trials < self.max_backtracks)
+        # 5. Trials w' = w − s·d until the condition holds, s ← β·s after each rejection;
+        # none when the gradient norm is tiny (a loop of zero trials: no conditional around
+        # the loop, whose captured tensors would each cost a switch).
+        def cond(trials, s, found, new_f, decrease):
+            return tf.logical_and(
+                tf.logical_and(searched, tf.logical_not(found)), trials < self.max_backtracks)
 
-            def body(trials, s, found, new_f, decrease):
-                next_f = tf.cast(trial_loss(stepped(s)), tf.float64)
-                if self.smoothing > 0.0:
-                    # SaLSA: h_k = β₃·h_{k−1} + (1 − β₃)·(f_ref − f') ≥ c·s·ŝ_k.
-                    decrease = smoothing * previous_decrease + (1.0 - smoothing) * (
-                        reference - next_f)
-                    accepted = decrease >= s * c * average_slope
-                else:
-                    # As the reference: loss_next - (loss - step_size * c * grad_norm**2) <= 0.
-                    accepted = next_f - (reference - s * c * slope) <= 0
-                s = tf.where(accepted, s, s * beta)
-                return trials + 1, s, accepted, next_f, decrease
+        def body(trials, s, found, new_f, decrease):
+            next_f = tf.cast(trial_loss(stepped(s)), tf.float64)
+            if self.smoothing > 0.0:
+                # SaLSA: h_k = β₃·h_{k−1} + (1 − β₃)·(f_ref − f') ≥ c·s·ŝ_k.
+                decrease = smoothing * previous_decrease + (1.0 - smoothing) * (
+                    reference - next_f)
+                accepted = decrease >= s * c * average_slope
+            else:
+                # As the reference: loss_next - (loss - step_size * c * grad_norm**2) <= 0.
+                accepted = next_f - (reference - s * c * slope) <= 0
+            s = tf.where(accepted, s, s * beta)
+            return trials + 1, s, accepted, next_f, decrease
 
-            trials, s, found, new_f, decrease = tf.while_loop(
-                cond,
-                body,
-                (tf.constant(0, tf.int32), s0, tf.constant(False), f,
-                 tf.constant(0.0, tf.float64)),
-                maximum_iterations=self.max_backtracks,
-            )
-            applied = tf.where(found, s, tf.constant(FALLBACK_STEP_SIZE, tf.float64))
-            backtracks = tf.where(found, trials - 1, trials)
-            return s, applied, backtracks, new_f, found, decrease
-
-        def skip():
-            return (tf.identity(s0), tf.constant(0.0, tf.float64), tf.constant(0, tf.int32), f,
-                    tf.constant(False), tf.constant(0.0, tf.float64))
-
-        stored, applied, backtracks, new_f, found, decrease = tf.cond(searched, search, skip)
+        trials, stored, found, new_f, decrease = tf.while_loop(
+            cond,
+            body,
+            (tf.constant(0, tf.int32), s0, tf.constant(False), f, tf.constant(0.0, tf.float64)),
+            maximum_iterations=self.max_backtracks,
+        )
+        # The accepted step; 1e-6 when every trial was rejected; 0 when nothing moves.
+        applied = tf.where(found, stored, tf.where(
+            searched, tf.constant(FALLBACK_STEP_SIZE, tf.float64), tf.constant(0.0, tf.float64)))
+        backtracks = tf.where(found, trials - 1, trials)
         # 6. The new weights and the search's state, to be assigned by the caller.
         moved = stepped(applied)
         assignments += [
