@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.metadata import LINE_SEARCH_METADATAS
+from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.tf_write.batched_write import to_stored_scalar, write_scalars
 
 CAPACITY = 1024
@@ -29,11 +30,10 @@ class StepLog:
     def __init__(self, capacity: int | None = None):
         self.capacity = int(CAPACITY if capacity is None else capacity)
         # Column 0 holds the step of the row (-1: none yet), so that a row is never taken
-        # for another step's.
-        self.rows = tf.Variable(
-            tf.fill([self.capacity, 5], tf.constant(-1.0, tf.float64)),
-            trainable=False,
-            name="armijo_step_log",
+        # for another step's. A plain variable also under a tf.distribute strategy's scope:
+        # one row per step, written once (in cross-replica context under MirroredStrategy).
+        self.rows = tf_private.local_variable(
+            tf.fill([self.capacity, 5], tf.constant(-1.0, tf.float64)), name="armijo_step_log"
         )
 
     def record(self, step: Any, result: Any) -> Any:
@@ -67,7 +67,6 @@ def write_rows(rows: np.ndarray, writer: tf.Tensor) -> None:
     line-search series at its step, to the writer resource `writer` (that of the default
     writer), the tags' metadata with the first event written to that writer only."""
     if len(rows):
-        from tb_wur_plugin.tf_write import tf_private
         from tb_wur_plugin.tf_write.recording import MetadataOnce
 
         once = MetadataOnce(tf_private.default_writer(), metadata.LINE_SEARCH_TAGS)

@@ -15,6 +15,15 @@ from tb_wur_plugin.tf_write.recording import MetadataOnce, default_writer_resour
 
 _CONTEXT = "StochasticArmijo.minimize"
 
+
+def will_record() -> bool:
+    """Whether `log_step` would add summary ops here: a default writer that is not a no-op
+    one, and no constant false `tf.summary.record_if`."""
+    if static_recording() is False:
+        return False
+    return default_writer_resource(_CONTEXT) is not None
+
+
 def log_step(result: Any, step: Any = None) -> bool | tf.Tensor:
     """Write `result` (a `StepResult`) when the default writer records, at `step` (default
     `tf.summary.experimental.get_step()`).

@@ -850,10 +850,11 @@ def test_benchmark_quick_runs(capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     bench.step_costs(rounds=1, steps=1, width=8, batch=16)
-    bench.convergence(seeds=[0], epochs=1, rates=[0.1], with_adam=False)
+    bench.convergence(seeds=[0], epochs=1, rates=[0.1], adam_rates=[])
     out = capsys.readouterr().out
-    assert "searched step" in out and "mean trials" in out
+    assert "searched step" in out and "mean trials" in out and "recommended variant" in out
     assert "Armijo SGD (defaults)" in out and "SGD lr=0.1" in out
+    assert "PoNoS-style (RECOMMENDED): loss" in out and "SGD+momentum lr=0.1" in out
 
 
 def test_example_runs(tmp_path, monkeypatch, capsys):
