@@ -372,7 +372,7 @@ def convergence(seeds: list[int], epochs: int, rates: list[float], adam_rates: l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", "--smoke", action="store_true", help="tiny sizes, seconds")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--parts", default="steps,convergence",
