@@ -45,6 +45,8 @@ COST = {  # seconds in a full parallel run (2026-12-04: a full run's, or a unit'
     "tests/write/test_spectral_tf.py": 170,
     "tests/frameworks/test_transformers.py": 160,
     "tests/judgement/": 150,  # a folder of TOGETHER: one entry
+    "tests/armijo/test_variants.py": 60,
+    "tests/armijo/test_precision_distribution.py": 40,
     "tests/browser/test_frontend.py::test_tab_in_chromium": 140,
     "tests/write/test_ratios.py": 130,
     "tests/frameworks/test_resume.py": 120,

@@ -1,7 +1,7 @@
 """`LineSearchModel` off the plain float32 single-device path: XLA (`jit_compile=True`), the
 ``mixed_float16`` policy (losses and condition in float32, dynamic loss scaling), and
 `tf.distribute.MirroredStrategy` over two CPU replicas (in a fresh process,
-`mirrored_worker.py`); what is refused, and the message that says so."""
+`support/armijo_mirrored_worker.py`); what is refused, and the message that says so."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import pytest
 import tensorflow as tf
 from sklearn.datasets import load_breast_cancer
 
-from suite_paths import ROOT
+
+from suite_paths import ROOT, SUPPORT
 from tb_wur_plugin import armijo
 from tb_wur_plugin.armijo.model import LOSS_SCALE_GROWTH_STEPS
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mirrored_worker.py")
+WORKER = os.path.join(SUPPORT, "armijo_mirrored_worker.py")
 BCE = keras.losses.BinaryCrossentropy(from_logits=True)
 
 

@@ -1,7 +1,7 @@
 """`LineSearchModel` under `tf.distribute.MirroredStrategy` over two logical CPUs, for
 tests/armijo/test_precision_distribution.py.
 
-    python mirrored_worker.py OUT.json
+    python armijo_mirrored_worker.py OUT.json
 
 Runs in a fresh process (logical devices must be configured before TensorFlow initializes
 its devices). For each scenario it fits the same model from the same weights on the same
