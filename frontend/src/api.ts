@@ -65,7 +65,9 @@ export interface FlagInfo {
 export interface Flags { run: string; low: number | null; high: number | null; patience: number; layers: FlagInfo[] }
 /** /suggestions: per layer the learning rate that brings its ratio to `target`. */
 export interface Suggestion { tag: string; suggested_learning_rate: number | null; ratio: number | null; learning_rate: number | null; steps: number }
-export interface Suggestions { run: string; target: number; last: number; has_learning_rate: boolean; layers: Suggestion[] }
+/** `caveat`: what a suggestion is worth, in words (the report prints the same; absent: an
+ * older backend). */
+export interface Suggestions { run: string; target: number; last: number; has_learning_rate: boolean; caveat?: string; layers: Suggestion[] }
 export interface Series { run: string; tag: string; kind: string; description: string; steps: number[]; wall_times: number[]; values: (number | string)[] }
 /** /line_search: the line search's step size and backtracks per searched step, steps
  * ascending. */

@@ -1,16 +1,19 @@
 // The WUR tab: wires the state (state.ts), the loads (api.ts) and the views (toolbar, sidebar,
 // legend, heatmap blocks with their line-search strips, layer detail). Setters mark what is stale; commit() redraws it, once
-// per frame.
+// per frame. The layer detail opens right below the heatmap of its run, the clicked row kept in
+// view (layout.ts).
 import { api, HttpError, LineSearch, Suggestions } from "./api";
 import { KeyedCache, RunCache } from "./cache";
 import { ColorTables } from "./color";
 import { CompareView, RANKING_WIDTH } from "./compare";
 import { DetailCache, DetailView, fetchDetailData } from "./detail";
 import { el, runColorOf, Tooltip } from "./dom";
+import { flagsOfRun, reasonLabel } from "./flagged";
 import { exportPng, exportView } from "./export";
 import { groupName } from "./group";
 import { HeatmapBlock } from "./heatmap_block";
 import { Legend } from "./legend";
+import { scrollToShow } from "./layout";
 import { HostChannel } from "./protocol";
 import { rankFlags, Sidebar } from "./sidebar";
 import { Part, RowRef, Scheduler, Store, Zoom } from "./state";
@@ -54,10 +57,12 @@ export class App {
   private lastWidth = 0;
   private resizeTimer = 0;
   private scrollToHighlight = false;
+  /** the detail just opened by a click or a key: scroll it into view once drawn */
+  private scrollToDetail = false;
 
   mount(body: HTMLElement): void {
     body.append(el("style", { text: CSS }));
-    this.content.append(this.legend.element, this.detail.element, this.heatmaps, this.compare.element);
+    this.content.append(this.legend.element, this.heatmaps, this.compare.element);
     this.root.append(this.toolbar.element, this.errorBox, el("div", { class: "wur-main" }, this.sidebar.element, this.content));
     body.append(this.root, this.tooltip.element);
     this.root.style.setProperty("--label-width", `${LABEL_WIDTH}px`);
@@ -147,6 +152,7 @@ export class App {
       const h = await api.heatmap({ runs, columns: width, start: zoom?.start, end: zoom?.end, reduction, metric }, controller.signal);
       if (controller.signal.aborted) return;
       performance.mark("wur-data");
+      if (width !== this.lastWidth) this.scheduler.mark("compare"); // drawn as wide as the heatmaps
       this.lastWidth = width;
       this.errorBox.hidden = true;
       this.store.setHeatmap(h);
@@ -194,7 +200,8 @@ export class App {
   }
 
   /** The comparison of the picked runs over the zoomed range: one /compare (on picking the
-   * runs, on zoom, on reload; nothing else fetches it). */
+   * runs, on zoom, on reload, on a resize that refetches the heatmaps; nothing else fetches
+   * it). */
   private async loadCompare(): Promise<void> {
     this.compareController?.abort();
     const pair = this.store.s.comparePair;
@@ -228,7 +235,7 @@ export class App {
     if (!cached) this.busy(1);
     try {
       const answer = await this.suggestionsCache.get(ref.run, metric);
-      if (generation === this.detailGeneration) this.detail.setSuggestion(suggestionText(answer, ref.tag));
+      if (generation === this.detailGeneration) this.detail.setSuggestion(suggestionText(answer, ref.tag), answer.caveat ?? "");
     } catch (e) {
       if (generation === this.detailGeneration) this.detail.setSuggestion(`Suggested learning rate: ${e instanceof Error ? e.message : String(e)}`);
     } finally {
@@ -263,7 +270,7 @@ export class App {
     const generation = ++this.detailGeneration;
     const layer = this.store.runInfo(ref.run)?.layers.find((l) => l.tag === ref.tag);
     this.detail.show(ref, this.color(ref.run), layer);
-    if (scroll) this.detail.element.scrollIntoView({ block: "nearest" });
+    if (scroll) this.scrollToDetail = true;
     void this.loadSuggestion(ref, generation);
     const metric = this.store.s.metric;
     const cached = this.cache.has(ref.run, ref.tag, metric);
@@ -274,7 +281,10 @@ export class App {
       this.detail.setData(data);
       this.scheduler.mark("detail");
     } catch (e) {
-      if (generation === this.detailGeneration) this.detail.setError(e);
+      if (generation === this.detailGeneration) {
+        this.detail.setError(e);
+        this.scheduler.mark("detail");
+      }
     } finally {
       if (!cached) this.busy(-1);
     }
@@ -391,8 +401,12 @@ export class App {
     const width = this.plotWidth();
     if (Math.abs(width - this.lastWidth) < 8) return;
     this.lastWidth = width;
+    this.scheduler.mark("compare");
     clearTimeout(this.resizeTimer);
-    this.resizeTimer = window.setTimeout(() => void this.loadHeatmap(), 200);
+    this.resizeTimer = window.setTimeout(() => {
+      void this.loadHeatmap();
+      void this.loadCompare();
+    }, 200);
   }
 
   // --- the commit: redraw what is marked -------------------------------------------------
@@ -407,6 +421,7 @@ export class App {
     if (dirty.has("heatmaps")) this.commitHeatmaps();
     else if (dirty.has("lineSearch")) this.commitLineSearch();
     if (dirty.has("heatmaps") || dirty.has("selection")) this.commitSelection();
+    if (dirty.has("heatmaps") || dirty.has("flags") || dirty.has("selection")) this.commitFlagMarks();
     if (dirty.has("legend")) this.commitLegend();
     if (dirty.has("zoom")) this.toolbar.showZoom(s.heatmap, !!s.zoom);
     if (dirty.has("flags")) this.sidebar.renderFlags(s.flags.filter((f) => this.store.isShown(f.run)), s.flagBand, s.patience, this.store.heatmapRuns().length, s.reasons);
@@ -440,9 +455,27 @@ export class App {
       });
       return b.section;
     });
-    const children = this.heatmaps.children;
-    if (children.length !== sections.length || sections.some((x, i) => children[i] !== x)) this.heatmaps.replaceChildren(...sections);
+    this.placeSections(sections);
     performance.measure("wur-draw", { start: t0 }); // read by benchmarks/frontend_bench.mjs
+  }
+
+  /** The heatmap area's children: the blocks `sections`, the open layer's detail right after
+   * the block of its run (the row clicked stays where it was). */
+  private placeSections(sections: HTMLElement[]): void {
+    const selected = this.store.s.selected;
+    const block = selected ? this.blocks.get(selected.run)?.section : undefined;
+    const want = block && sections.includes(block) ? sections.flatMap((x) => (x === block ? [x, this.detail.element] : [x])) : sections;
+    const children = this.heatmaps.children;
+    if (children.length !== want.length || want.some((x, i) => children[i] !== x)) this.heatmaps.replaceChildren(...want);
+  }
+
+  /** Each block's flagged rows marked, and the open layer's flag in its detail. */
+  private commitFlagMarks(): void {
+    const s = this.store.s;
+    for (const [run, b] of this.blocks) b.updateFlags(flagsOfRun(s.flags, run), s.reasons);
+    const ref = s.selected;
+    const flag = ref ? flagsOfRun(s.flags, ref.run).get(ref.tag) ?? null : null;
+    this.detail.setFlag(flag, flag ? reasonLabel(s.reasons, flag.reason) : "");
   }
 
   /** Only the line-search strips changed (a /line_search came in): the blocks' cells stay. */
@@ -468,6 +501,7 @@ export class App {
 
   private commitSelection(): void {
     const { selected, highlight } = this.store.s;
+    this.placeSections(Array.from(this.heatmaps.children).filter((x): x is HTMLElement => x !== this.detail.element && x instanceof HTMLElement));
     for (const b of this.blocks.values()) {
       const box = b.updateSelection(selected, highlight);
       if (box && this.scrollToHighlight) {
@@ -507,5 +541,20 @@ export class App {
       skippedAt: new Set(this.store.runInfo(ref.run)?.skipped_at ?? []),
       lineSearch: s.lineSearch.get(ref.run) ?? null,
     });
+    if (this.scrollToDetail && !this.detail.loading) {
+      this.scrollToDetail = false;
+      this.revealDetail(ref);
+    }
+  }
+
+  /** Scrolls down to show the opened detail, as far as the clicked row stays in view (below
+   * the sticky toolbar). */
+  private revealDetail(ref: RowRef): void {
+    const label = this.blocks.get(ref.run)?.rowLabel(ref.tag);
+    const page = document.scrollingElement;
+    if (!label || !page || !this.detail.element.isConnected) return;
+    const row = label.getBoundingClientRect(), detail = this.detail.element.getBoundingClientRect();
+    const top = this.toolbar.element.getBoundingClientRect().bottom;
+    page.scrollTop += scrollToShow(row, detail, { top, bottom: window.innerHeight });
   }
 }

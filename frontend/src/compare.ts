@@ -72,6 +72,14 @@ export function divergenceText(r: CompareRank): string {
   return `divergence ${formatRatio(r.divergence)}${typical}`;
 }
 
+/** The divergence of a ranked layer beside its row: the number and the typical A/B, short
+ * enough for RANKING_WIDTH (divergenceText in full on hover). */
+export function rankingText(r: CompareRank): string {
+  if (r.divergence === null || !Number.isFinite(r.divergence)) return "no common finite step";
+  const typical = r.median_log10_ratio === null ? "" : `  ·  A/B ${formatRatio(10 ** r.median_log10_ratio)}`;
+  return `${formatRatio(r.divergence)}${typical}`;
+}
+
 /** The diverging domain of a comparison (symmetric in log10 around 0). */
 export function compareDomain(cmp: Comparison): Domain {
   const [lo, hi] = codeExtent([cmp.cells], cmp.codes);
@@ -133,7 +141,7 @@ export class CompareView {
     this.status.className = v.error ? "wur-error" : "wur-meta";
     this.status.textContent = v.error ?? (!ra || !rb ? "Pick two runs: each cell is ratio_A / ratio_B of a layer both runs have, at a step both logged."
       : v.loading && !cmp ? "Loading…"
-        : cmp ? `${cmp.tags.length} common layer${cmp.tags.length === 1 ? "" : "s"}, steps ${formatStep(cmp.start)}–${formatStep(cmp.end)} in ${cmp.columns} column${cmp.columns === 1 ? "" : "s"}; rows ranked by divergence (the median |log10(A/B)|: 1 = ten times apart)` : "");
+        : cmp ? `${cmp.tags.length} common layer${cmp.tags.length === 1 ? "" : "s"}, steps ${formatStep(cmp.start)}–${formatStep(cmp.end)} in ${cmp.columns} column${cmp.columns === 1 ? "" : "s"}; rows ranked by divergence (the median |log10(A/B)|: 1 = ten times apart), given beside each row with its typical A/B` : "");
     const shown = !!cmp && !v.error;
     this.legend.hidden = this.body.hidden = !shown;
     if (!shown) {
@@ -155,7 +163,7 @@ export class CompareView {
     this.labels.replaceChildren(...this.rows.map((i) => el("div", { class: "wur-label wur-compare-label", title: cmp.tags[i] }, el("span", { text: cmp.tags[i] }))));
     this.ranking.replaceChildren(...this.rows.map((i) => {
       const r = byTag.get(cmp.tags[i]) ?? { tag: cmp.tags[i], divergence: null, median_log10_ratio: null, steps: 0 };
-      return el("li", { "data-tag": r.tag, "data-divergence": r.divergence === null ? "" : String(r.divergence), title: `${r.tag}: ${divergenceText(r)} over ${r.steps} steps`, text: divergenceText(r) });
+      return el("li", { "data-tag": r.tag, "data-divergence": r.divergence === null ? "" : String(r.divergence), title: `${r.tag}: ${divergenceText(r)} over ${r.steps} steps`, text: rankingText(r) });
     }));
     this.body.style.setProperty("--row-height", `${COMPARE_ROW_H}px`);
     this.body.style.setProperty("--row-font", "12px");

@@ -1,17 +1,18 @@
-// The layer detail: the open layer's ratio over steps, the run's learning rate, the run's
-// line-search step size (when it has one: the app's per-run /line_search cache, passed in at
-// each draw) and the layer's histogram density, drawn by charts.ts. Its data (what /series and /histograms answered for the
-// layer) is cached per (run, tag, metric), so a change of band, theme or zoom redraws it without
+// The layer detail: why the layer is flagged (when it is), its suggested learning rate, its
+// ratio over steps, the run's learning rate, the run's line-search step size (when it has one:
+// the app's per-run /line_search cache, passed in at each draw) and the layer's histogram
+// density, drawn by charts.ts. Its data (what /series and /histograms answered for the layer)
+// is cached per (run, tag, metric), so a change of band, theme or zoom redraws it without
 // fetching; only a reload clears the cache. The DOM (canvases, readouts) is built once.
 import { api, HttpError, Histograms, LayerInfo, LineSearch, ReservedTags, RunInfo, Series } from "./api";
 import { KeyedCache } from "./cache";
 import { bucketOf, drawDensity, drawLogLine, log10AtY, nearestIndex, rangeIndices, stepAtX } from "./charts";
 import type { Band } from "./color";
-import { el } from "./dom";
+import { el, nameNodes } from "./dom";
+import { isNanFlag } from "./flagged";
 import { formatRatio, formatShortRatio, formatStep } from "./format";
 import { lineSearchAt } from "./line_search";
-import type { RowRef, Zoom } from "./state";
-import { SUGGESTION_CAVEAT } from "./suggest";
+import type { FlagRow, RowRef, Zoom } from "./state";
 import type { ChartColors } from "./theme";
 
 export interface DetailData {
@@ -70,6 +71,9 @@ export class DetailView {
   private readonly swatch = el("span", { class: "wur-swatch" });
   private readonly heading = el("h3");
   private readonly runMeta = el("span", { class: "wur-meta" });
+  private readonly flagLabel = el("div", { class: "wur-detail-flag-label" });
+  private readonly flagText = el("div");
+  private readonly flag = el("div", { class: "wur-detail-flag", "data-testid": "wur-detail-flag", role: "note", hidden: true }, this.flagLabel, this.flagText);
   private readonly description = el("div", { class: "wur-meta" });
   private readonly status = el("div", { class: "wur-meta" });
   private readonly ratioTitle = el("div", { class: "wur-chart-title" });
@@ -82,19 +86,20 @@ export class DetailView {
   private readonly hist = el("canvas", { "data-testid": "wur-detail-histogram", role: "img", "aria-label": "Distribution of the elementwise ratios over steps" });
   private readonly noHist = el("div", { class: "wur-meta", text: "No histograms were logged for this layer (histograms=True in the callback or watch logs them)." });
   private readonly suggestion = el("div", { class: "wur-suggestion", "data-testid": "wur-suggested-lr" });
-  private readonly caveat = el("div", { class: "wur-meta", "data-testid": "wur-suggested-lr-caveat", text: SUGGESTION_CAVEAT });
+  private readonly caveat = el("div", { class: "wur-meta", "data-testid": "wur-suggested-lr-caveat" });
   private readonly charts = el("div", { hidden: true }, this.ratioTitle, this.ratio, this.lrTitle, this.lr, this.stepSizeTitle, this.stepSize, this.histTitle, this.hist, this.noHist);
   private ref: RowRef | null = null;
   private layer: LayerInfo | undefined;
   private data: DetailData | null = null;
   private drawn: Drawn | null = null;
+  private failed = false;
 
   constructor(private readonly host: DetailHost) {
     const close = el("button", { type: "button", text: "Close", "data-testid": "wur-detail-close" });
     close.addEventListener("click", () => host.close());
     this.element.append(
       el("div", { class: "wur-detail-head" }, this.swatch, this.heading, this.runMeta, el("span", { class: "wur-spacer" }), close),
-      this.description, this.suggestion, this.caveat, this.status, this.charts,
+      this.flag, this.description, this.suggestion, this.caveat, this.status, this.charts,
     );
     this.ratio.addEventListener("mousemove", (e) => this.ratioReadout(e));
     this.hist.addEventListener("mousemove", (e) => this.histReadout(e));
@@ -104,6 +109,11 @@ export class DetailView {
 
   get open(): RowRef | null {
     return this.ref;
+  }
+
+  /** Whether the open layer's data is still on its way (neither drawable nor failed). */
+  get loading(): boolean {
+    return this.ref !== null && this.data === null && !this.failed;
   }
 
   /** Shows layer `ref` (loading until setData); the same layer again keeps what is drawn. */
@@ -116,21 +126,41 @@ export class DetailView {
     this.element.setAttribute("data-tag", ref.tag);
     if (same) return;
     this.element.style.minHeight = this.element.hidden ? "" : `${this.element.offsetHeight}px`; // no layout jump while loading
-    this.heading.textContent = ref.tag;
-    this.runMeta.textContent = `run ${ref.run}`;
+    this.heading.replaceChildren(...nameNodes(ref.tag));
+    this.heading.title = ref.tag;
+    this.runMeta.replaceChildren("run ", ...nameNodes(ref.run));
+    this.runMeta.title = `run ${ref.run}`;
     this.description.textContent = layer?.description ?? "";
     this.ratio.setAttribute("aria-label", `Ratio of ${ref.tag} over steps, log scale`);
     this.data = null;
     this.drawn = null;
+    this.failed = false;
     this.setSuggestion("");
     this.setStatus("Loading…", false);
     this.element.hidden = false;
   }
 
-  /** The suggested learning rate's text (suggest.ts), or "" while it loads. */
-  setSuggestion(text: string): void {
+  /** Why the open layer is flagged: `label` (the reason's, /reasons) and the flag's text
+   * (/flags'); `flag` null: it is not. */
+  setFlag(flag: FlagRow | null, label: string): void {
+    this.flag.hidden = !flag;
+    this.flag.classList.toggle("wur-detail-flag-nan", !!flag && isNanFlag(flag));
+    if (!flag) {
+      this.flag.removeAttribute("data-reason");
+      return;
+    }
+    this.flag.setAttribute("data-reason", flag.reason);
+    this.flagLabel.textContent = `Flagged: ${label}`;
+    this.flagText.textContent = flag.text;
+  }
+
+  /** The suggested learning rate's text (suggest.ts), or "" while it loads; `caveat`: what
+   * the server says a suggestion is worth (/suggestions' `caveat`; "": none shown). */
+  setSuggestion(text: string, caveat = ""): void {
     this.suggestion.textContent = text;
-    this.suggestion.hidden = this.caveat.hidden = !text;
+    this.caveat.textContent = caveat;
+    this.suggestion.hidden = !text;
+    this.caveat.hidden = !text || !caveat;
   }
 
   setData(data: DetailData): void {
@@ -140,6 +170,7 @@ export class DetailView {
 
   setError(e: unknown): void {
     this.data = null;
+    this.failed = true;
     if (e instanceof HttpError && e.status === 404) this.setStatus("This layer is not in the data any more.", false);
     else this.setStatus(e instanceof Error ? e.message : String(e), true);
     this.element.style.minHeight = "";

@@ -1,4 +1,6 @@
 // Tiny DOM helpers. Text always goes in through textContent: names are never parsed as HTML.
+import { nameParts } from "./names";
+
 export function el<K extends keyof HTMLElementTagNameMap>(
   tag: K, attrs: Record<string, string | number | boolean | undefined> = {}, ...children: (Node | string | null | undefined | false)[]
 ): HTMLElementTagNameMap[K] {
@@ -14,6 +16,12 @@ export function el<K extends keyof HTMLElementTagNameMap>(
     node.append(typeof c === "string" ? document.createTextNode(c) : c);
   }
   return node;
+}
+
+/** A tag or run name as text nodes with a <wbr> where it may wrap (names.ts): a line never
+ * breaks inside a word; the element's text is the name. */
+export function nameNodes(name: string): Node[] {
+  return nameParts(name).flatMap((part, i) => (i ? [document.createElement("wbr"), document.createTextNode(part)] : [document.createTextNode(part)]));
 }
 
 /** Run colors: TensorBoard's palette by position among the sorted run names (distinct for the

@@ -1,17 +1,19 @@
 // One run's heatmap block: head (name, counts, exports), the line-search strip (runs trained
 // with tb_wur_plugin.armijo), the skipped-step marks, row labels,
 // the canvas with its overlays (drag selection, keyboard cursor, flagged-row highlight) and the
-// step axis. The DOM and its listeners are built once per run; update() changes it in place.
-import { api, LineSearch, RunInfo } from "./api";
+// step axis; each flagged row's label marked (updateFlags). The DOM and its listeners are built
+// once per run; update() changes it in place.
+import { api, LineSearch, Reason, RunInfo } from "./api";
 import { columnRange, Heatmap } from "./codec";
 import { DamageNotice } from "./damage";
 import { axisTicks, cellAt, drawHeatmap, drawLineSearch, drawMarks, LINE_SEARCH_H, markAt, markSpans } from "./draw";
-import { el, safeFileName, sameKeys, setAttrs } from "./dom";
+import { el, nameNodes, safeFileName, sameKeys, setAttrs } from "./dom";
+import { flagMarkTitle, isNanFlag, rowFlag } from "./flagged";
 import { formatPow10, formatShortRatio, formatStep, skippedLines, tooltipLines } from "./format";
 import { blockRows, RowSpec } from "./group";
 import { SKIPPED_MEANING } from "./legend";
 import { lineSearchColumns, lineSearchLines, LineSearchView } from "./line_search";
-import type { RowRef, Zoom } from "./state";
+import type { FlagRow, RowRef, Zoom } from "./state";
 import type { ChartColors } from "./theme";
 
 const MARKS_HEIGHT = 7; // the strip of skipped-step marks above a heatmap, CSS px
@@ -83,6 +85,8 @@ export class HeatmapBlock {
   private readonly damage = new DamageNotice();
   private rowsKey: unknown[] = [];
   private drawKey: unknown[] = [];
+  private flags: ReadonlyMap<string, FlagRow> = new Map();
+  private reasons: readonly Reason[] = [];
   private drag: { col: number; moved: boolean } | null = null;
   private keyCursor = { row: 0, col: 0 };
   private clickTimer = 0;
@@ -107,7 +111,7 @@ export class HeatmapBlock {
       return b;
     };
     const head = el("div", { class: "wur-block-head" },
-      this.swatch, el("h3", { text: run }), this.meta, el("span", { class: "wur-spacer" }),
+      this.swatch, el("h3", { title: run }, ...nameNodes(run)), this.meta, el("span", { class: "wur-spacer" }),
       this.exportCsv, this.exportJson,
       button("CSV of view", "wur-export-view", "The cells shown (filtered layers, zoomed range, binned columns), as CSV", () => host.exportView(this, "csv")),
       button("JSON of view", "wur-export-view-json", "The cells shown (filtered layers, zoomed range, binned columns), as JSON", () => host.exportView(this, "json")),
@@ -237,6 +241,41 @@ export class HeatmapBlock {
     return this.highlightBox;
   }
 
+  /** Marks the label of each flagged row (`flags`: the run's, by tag; flagged.ts): a dot (its
+   * title the flag in words) and `data-flagged` (the reason); a group header for its first
+   * flagged member. */
+  updateFlags(flags: ReadonlyMap<string, FlagRow>, reasons: readonly Reason[]): void {
+    this.flags = flags;
+    this.reasons = reasons;
+    this.markFlaggedLabels();
+  }
+
+  /** The label of `tag`'s row; null when the row is not shown (filtered out, collapsed). */
+  rowLabel(tag: string): HTMLElement | null {
+    const row = this.specs.findIndex((x) => x.kind === "tag" && x.name === tag);
+    return row < 0 ? null : (this.labels.children[row] as HTMLElement | undefined) ?? null;
+  }
+
+  private markFlaggedLabels(): void {
+    const tags = this.h?.runs[this.runIndex].tags ?? [];
+    this.specs.forEach((spec, r) => {
+      const label = this.labels.children[r] as HTMLElement | undefined;
+      if (!label) return;
+      const flag = tags.length ? rowFlag(spec, tags, this.flags) : null;
+      let mark = label.querySelector<HTMLElement>(".wur-flag-mark");
+      if (!flag) {
+        label.removeAttribute("data-flagged");
+        mark?.remove();
+        return;
+      }
+      setAttrs(label, { "data-flagged": flag.reason });
+      // first: at the right of a tag's name (its label runs right to left), before a group's
+      if (!mark) label.prepend((mark = el("span", { class: "wur-flag-mark", "aria-hidden": "true" })));
+      mark.classList.toggle("wur-flag-mark-nan", isNanFlag(flag));
+      setAttrs(mark, { title: flagMarkTitle(flag, this.reasons, spec.kind === "group") });
+    });
+  }
+
   private updateHead(v: BlockView, tags: number): void {
     this.swatch.style.background = v.color;
     const info = v.info, skipped = info?.skipped_steps ?? 0;
@@ -256,6 +295,7 @@ export class HeatmapBlock {
       setLabel(label, spec);
     });
     while (buttons.length > this.specs.length) buttons[buttons.length - 1].remove();
+    this.markFlaggedLabels();
   }
 
   private updateAxis(h: Heatmap, width: number): void {

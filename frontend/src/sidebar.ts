@@ -1,8 +1,11 @@
 // The sidebar: the run list (filter, All/None, a checkbox per run; the filter hides the runs it
 // does not match) and the flags (the layers /flags flags, as the backend ranks them, its text
 // verbatim; a click reveals the row; the note names what the judgement flags, from /reasons).
-import type { FlagInfo, Reason, RunInfo } from "./api";
-import { compileFilter, el } from "./dom";
+// Its width follows the window's, and the user can drag it wider (styles.ts); names wrap only
+// between levels (names.ts), a flag's text spans the table's width below its names.
+import type { Reason, RunInfo } from "./api";
+import { compileFilter, el, nameNodes } from "./dom";
+import { isNanFlag } from "./flagged";
 import { formatShortRatio, formatStep } from "./format";
 import type { Band } from "./color";
 import type { FlagRow, RowRef } from "./state";
@@ -24,9 +27,13 @@ export class Sidebar {
   private filter: RegExp | null = null;
   private readonly runList = el("ul", { class: "wur-runs", "aria-label": "Runs" });
   private readonly flagsNote = el("div", { class: "wur-flag-meta", "data-testid": "wur-flags-note" });
-  private readonly flagsBody = el("tbody");
-  private readonly flagsTable = el("table", { class: "wur-flags-table", hidden: true },
-    el("thead", {}, el("tr", {}, ...FLAG_COLUMNS.map((h) => el("th", { scope: "col", text: h, title: h === "since step" ? "The step the finding starts at (for a streak, its first step)" : "" })))), this.flagsBody);
+  private readonly flagsBody = el("tbody", { role: "rowgroup" });
+  // laid out as a grid (styles.ts): the roles keep it a table for assistive technology
+  private readonly flagsTable = el("table", { class: "wur-flags-table", role: "table", hidden: true },
+    el("thead", { role: "rowgroup" }, el("tr", { role: "row" }, ...FLAG_COLUMNS.map((h) => el("th", {
+      scope: "col", role: "columnheader", text: h, class: h === "what" ? "wur-visually-hidden" : undefined,
+      title: h === "since step" ? "The step the finding starts at (for a streak, its first step)" : "",
+    })))), this.flagsBody);
   private readonly flagsMore = el("div", { class: "wur-flag-meta" });
   private readonly flagsList = el("div", { class: "wur-flags", "data-testid": "wur-flags", "aria-label": "Flagged layers" }, this.flagsTable, this.flagsMore);
   private runs: RunInfo[] = [];
@@ -78,7 +85,7 @@ export class Sidebar {
       box.checked = !deselected.has(run);
       const swatch = el("span", { class: "wur-swatch" });
       swatch.style.background = colorOf(run);
-      return el("li", {}, el("label", { title: run }, box, swatch, el("span", { text: run })));
+      return el("li", {}, el("label", { title: run }, box, swatch, el("span", {}, ...nameNodes(run))));
     });
     this.runList.replaceChildren(...items);
     if (!items.length && runs.length) this.runList.append(el("li", { class: "wur-meta", text: "No run matches the filter." }));
@@ -95,11 +102,11 @@ export class Sidebar {
     const shown = shownRuns ? flags.slice(0, MAX_FLAGS_SHOWN) : [];
     this.flagsTable.hidden = !shown.length;
     this.flagsBody.replaceChildren(...shown.map((f) => {
-      const row = el("tr", { "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": String(f.reason), "data-since": f.since === null || f.since === undefined ? "" : String(f.since), tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
-        el("td", { class: "wur-flag-tag", text: f.tag }),
-        el("td", { class: "wur-flag-run", text: f.run }),
-        el("td", { class: `wur-flag-what${hasNan(f) ? " wur-flag-nan" : ""}`, text: f.text }),
-        el("td", { class: "wur-flag-since", text: f.since === null || f.since === undefined ? "–" : formatStep(f.since) }));
+      const row = el("tr", { role: "row", "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": String(f.reason), "data-since": f.since === null || f.since === undefined ? "" : String(f.since), tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
+        el("td", { role: "cell", class: "wur-flag-tag" }, ...nameNodes(f.tag)),
+        el("td", { role: "cell", class: "wur-flag-run" }, ...nameNodes(f.run)),
+        el("td", { role: "cell", class: `wur-flag-what${isNanFlag(f) ? " wur-flag-nan" : ""}`, text: f.text }),
+        el("td", { role: "cell", class: "wur-flag-since", text: f.since === null || f.since === undefined ? "–" : formatStep(f.since) }));
       return row;
     }));
     this.flagsMore.textContent = flags.length > shown.length && shown.length ? `… and ${flags.length - shown.length} more` : "";
@@ -126,14 +133,10 @@ export function flagsNote(count: number, band: Pick<Band, "low" | "high"> | null
   return `Band [${formatShortRatio(band.low)}, ${formatShortRatio(band.high)}] with patience ${patience}: ${flagged}.` + (banded ? ` The default judgement's findings, and ${banded}.` : "");
 }
 
-function hasNan(f: FlagInfo): boolean {
-  return f.reason === "nan" || (f.nan_since !== null && f.nan_since !== undefined);
-}
-
 /** As /flags orders them, over several runs: layers with a NaN first, then by since, then by
  * tag, then by run. */
 export function rankFlags(flags: FlagRow[]): FlagRow[] {
-  const nan = (f: FlagInfo) => (hasNan(f) ? 1 : 0);
+  const nan = (f: FlagRow) => (isNanFlag(f) ? 1 : 0);
   const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
   return [...flags].sort((a, b) => nan(b) - nan(a) || a.since - b.since || cmp(a.tag, b.tag) || cmp(a.run, b.run));
 }

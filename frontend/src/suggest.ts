@@ -1,10 +1,9 @@
 // The suggested learning rate of the layer detail (/suggestions: lr · target / ratio, the
-// geometric means over the layer's last logged steps): its text and caveat (its cache per
-// run, one request per run per reload, is a RunCache of cache.ts, held by the app).
+// geometric means over the layer's last logged steps): its text (its caveat is the server's,
+// /suggestions' `caveat`, shown as sent; the cache per run, one request per run per reload, is
+// a KeyedCache of cache.ts, held by the app).
 import type { Suggestions } from "./api";
 import { formatRatio, formatShortRatio } from "./format";
-
-export const SUGGESTION_CAVEAT = "Exact for plain SGD; a first-order estimate for Adam-type optimizers; ignores momentum and learning-rate schedules.";
 
 /** The suggestion for layer `tag` in words; `answer` null: the run logs no learning rate. */
 export function suggestionText(answer: Suggestions | null, tag: string): string {

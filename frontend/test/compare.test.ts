@@ -5,9 +5,9 @@ import assert from "node:assert/strict";
 import { api } from "../src/api";
 import { parseComparison } from "../src/codec";
 import { compareColorTable, compareSpecialColors, divergingColor, divergingDomain, packRGBA, parseCssColor } from "../src/color";
-import { compareDomain, compareTooltipLines, divergenceText, quotientText, rankedRows } from "../src/compare";
+import { compareDomain, compareTooltipLines, divergenceText, quotientText, rankedRows, rankingText } from "../src/compare";
 import { RunCache } from "../src/cache";
-import { SUGGESTION_CAVEAT, suggestionText } from "../src/suggest";
+import { suggestionText } from "../src/suggest";
 import { CODES, encode, pack } from "./fixtures";
 
 function comparison() {
@@ -79,6 +79,11 @@ test("rows by ranking; tooltip: layer, step or range, A/B to 3 significant digit
   assert.match(quotientText(CODES.nan, CODES), /NaN/);
   assert.equal(divergenceText(c.ranking[1]), "divergence 0.301, A/B typically 1.00");
   assert.equal(divergenceText({ tag: "t", divergence: null, median_log10_ratio: null, steps: 0 }), "no common finite step");
+  // beside the row: short, the same numbers
+  assert.equal(rankingText(c.ranking[1]), "0.301  ·  A/B 1.00");
+  assert.equal(rankingText({ tag: "t", divergence: 2.9, median_log10_ratio: 2.9, steps: 9 }), "2.90  ·  A/B 794");
+  assert.equal(rankingText({ tag: "t", divergence: 0.5, median_log10_ratio: null, steps: 1 }), "0.500");
+  assert.equal(rankingText({ tag: "t", divergence: null, median_log10_ratio: null, steps: 0 }), "no common finite step");
 });
 
 test("suggested learning rate: value to 3 significant digits and the target; not logged", () => {
@@ -89,7 +94,6 @@ test("suggested learning rate: value to 3 significant digits and the target; not
   assert.match(suggestionText(answer, "n"), /learning rate not logged/);
   assert.match(suggestionText(null, "k"), /learning rate not logged/);
   assert.match(suggestionText({ ...answer, has_learning_rate: false }, "k"), /learning rate not logged/);
-  assert.match(SUGGESTION_CAVEAT, /SGD.*Adam.*momentum.*schedules/);
 });
 
 test("the per-run cache fetches once per run until cleared; a failure is not kept", async () => {

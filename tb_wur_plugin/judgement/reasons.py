@@ -142,6 +142,11 @@ def _peers(kind: str) -> str:
     }.get(kind, "layers")
 
 
+def _peer_medians(e: Evidence) -> np.ndarray:
+    """The peers' median ratio at each of the finding's steps (ratio / 10**gap)."""
+    return e.values / 10.0 ** e.gaps
+
+
 def _did_not_move(values: np.ndarray) -> bool:
     return not np.any(values > 0)
 
@@ -171,7 +176,8 @@ def _outlier_words(side: str) -> Callable[[Evidence], str]:
     def words(e: Evidence) -> str:
         name = "slow outlier" if side == "below" else "fast outlier"
         return (f"{name}: ratio {_factor(e.gaps)}× {side} the median of the run's other "
-                f"{_peers(e.kind)} (median ratio {_median(e.values)}) {_in_a_row(e)}{_also(e)}")
+                f"{_peers(e.kind)} (its median ratio {_median(e.values)}, the others' "
+                f"{_median(_peer_medians(e))}) {_in_a_row(e)}{_also(e)}")
 
     return words
 

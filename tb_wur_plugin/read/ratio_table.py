@@ -39,7 +39,8 @@ def read_ratios(
 
     Returns:
       A pandas DataFrame with columns run, tag, step (int64), wall_time and ratio (float64):
-      runs by name, each run's layers in model order, each layer's points by step (a step
+      runs by name (as the report names them: a logdir that is itself a run directory names
+      its run after the directory), each run's layers in model order, each layer's points by step (a step
       written twice: in the order written). Without pandas: a dict of numpy arrays under
       the same names (run and tag as object arrays).
 
@@ -49,7 +50,8 @@ def read_ratios(
         damage are in the table).
 
     Raises:
-      FileNotFoundError: `logdir` is not a directory.
+      FileNotFoundError: `logdir` does not exist.
+      NotADirectoryError: `logdir` is a file.
       ValueError: the logdir holds no wur ratios (of `metric`), `run` selects no run or is
         not a valid regular expression, `samples` is negative, `metric` is not one of
         "frobenius", "spectral".
@@ -71,6 +73,8 @@ def read_ratios(
     except report.ReportError as e:
         if str(e).startswith("no such directory"):
             raise FileNotFoundError(str(e)) from None
+        if str(e).startswith("not a directory"):
+            raise NotADirectoryError(str(e)) from None
         raise ValueError(str(e)) from None
     try:
         import pandas

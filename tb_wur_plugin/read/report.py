@@ -60,14 +60,23 @@ class Settings:
     last: int = suggest.DEFAULT_LAST
 
 
+# TensorBoard's name of the run whose event files lie in the logdir itself
+_LOGDIR_RUN = "."
+
+
 class Logdir:
     """A logdir's wur data, read through a TensorBoard data provider: the ratios of `metric`
     (one of metadata.METRICS), with the records after damaged stretches of its event files
-    when `damage_scanner` scans them (None: not scanned)."""
+    when `damage_scanner` scans them (None: not scanned).
+
+    Runs are named as TensorBoard names them (their directory relative to the logdir), except
+    the logdir's own run (TensorBoard's "."): it is named `root_name` (the logdir's directory
+    name, `logdir_name`), unless that is None or another run's name. Every method takes and
+    gives these names."""
 
     def __init__(
         self, provider, samples: int, metric: str = metadata.METRIC_FROBENIUS,
-        damage_scanner: damage.DamageScanner | None = None,
+        damage_scanner: damage.DamageScanner | None = None, root_name: str | None = None,
     ):
         self._ctx = tb_context.RequestContext()
         self.metric = metric
@@ -75,7 +84,18 @@ class Logdir:
             provider, downsample=samples if samples > 0 else ALL_POINTS, matrix_bytes=0,
             index_bytes=0, damage_scanner=damage_scanner,
         )
-        _, _, self.listings = self.data.listings(self._ctx, _EXPERIMENT, metric=metric)
+        _, _, listings = self.data.listings(self._ctx, _EXPERIMENT, metric=metric)
+        taken = set(listings) | set(self.data.damages(_EXPERIMENT))
+        self._root_name = root_name if root_name not in taken else None
+        self._tb_names = {self.name_of(run): run for run in listings}
+        self.listings = {self.name_of(run): listing for run, listing in listings.items()}
+
+    def name_of(self, tb_run: str) -> str:
+        """The name of the run TensorBoard names `tb_run` (class docstring)."""
+        return self._root_name if tb_run == _LOGDIR_RUN and self._root_name else tb_run
+
+    def _tb(self, run: str) -> str:
+        return self._tb_names.get(run, run)
 
     def runs(self) -> list[str]:
         """The runs holding ratio series (per-tag or packed), sorted by name."""
@@ -84,31 +104,38 @@ class Logdir:
     def damaged(self, run: str) -> list[damage.Stretch] | None:
         """The unreadable stretches of `run`'s event files ([]: all whole); None when the
         logdir's files are not scanned (not a local directory)."""
-        run_damage = self.data.damage(_EXPERIMENT, run)
+        run_damage = self.data.damage(_EXPERIMENT, self._tb(run))
         return None if run_damage is None else list(run_damage.stretches)
 
     def damaged_without_ratios(self) -> dict[str, list[damage.Stretch]]:
         """The unreadable stretches of the damaged runs that hold no ratio series (none
         read: the damage may have taken them), by run, sorted by name."""
         with_ratios = set(self.runs())
+        damaged = {
+            self.name_of(run): found.stretches
+            for run, found in self.data.damages(_EXPERIMENT).items()
+        }
         return {
-            run: list(found.stretches)
-            for run, found in sorted(self.data.damages(_EXPERIMENT).items())
-            if found.stretches and run not in with_ratios
+            run: list(stretches) for run, stretches in sorted(damaged.items())
+            if stretches and run not in with_ratios
         }
 
     def matrix(self, run: str) -> heatmap.RunMatrix:
-        return self.data.matrix(self._ctx, _EXPERIMENT, run, self.listings[run])
+        return self.data.matrix(self._ctx, _EXPERIMENT, self._tb(run), self.listings[run])
 
     def layer_columns(self, run: str, tags: list[str]) -> dict:
         """The kept points of layers `tags` of `run` as columns (run_data.layer_columns)."""
-        return self.data.layer_columns(self._ctx, _EXPERIMENT, run, self.listings[run], tags, {})
+        return self.data.layer_columns(
+            self._ctx, _EXPERIMENT, self._tb(run), self.listings[run], tags, {}
+        )
 
     def moving(self, run: str, matrix: heatmap.RunMatrix) -> np.ndarray | None:
         """`judge.others_moving` of `matrix` (the run's `metric` ratios) against the run's
         Frobenius ratios when `metric` is another one (None for Frobenius, or a run without
         Frobenius ratios)."""
-        reference = self.data.frobenius_reference(self._ctx, _EXPERIMENT, run, self.metric)
+        reference = self.data.frobenius_reference(
+            self._ctx, _EXPERIMENT, self._tb(run), self.metric
+        )
         return None if reference is None else judge.others_moving(matrix, reference)
 
     def layer_kinds(self, run: str, tags: tuple[str, ...]) -> list[str]:
@@ -116,7 +143,15 @@ class Logdir:
         return run_listing.layer_kinds(self.listings[run], tags)
 
     def learning_rate(self, run: str) -> tuple[np.ndarray, np.ndarray] | None:
-        return self.data.learning_rate(self._ctx, _EXPERIMENT, run)
+        return self.data.learning_rate(self._ctx, _EXPERIMENT, self._tb(run))
+
+
+def logdir_name(logdir: str) -> str | None:
+    """The name of `logdir`'s own directory: the last component of its absolute path (of the
+    path after the scheme for a URL such as gs://bucket/logs); None for a root."""
+    path = logdir.split("://", 1)[1] if "://" in logdir else os.path.abspath(
+        os.path.expanduser(logdir))
+    return os.path.basename(path.rstrip("/")) or None
 
 
 @contextlib.contextmanager
@@ -128,14 +163,17 @@ def open_logdir(
     `load_fast` None: the fast loader when its binary is installed.
 
     Raises:
-        ReportError: the directory is missing, the fast loader is asked for and not
-            installed, or `metric` is not one of metadata.METRICS.
+        ReportError: the directory is missing ("no such directory: ...") or a file ("not a
+            directory: ..."), the fast loader is asked for and not installed, or `metric`
+            is not one of metadata.METRICS.
     """
     if metric not in metadata.METRICS:
         raise ReportError(f"metric must be one of {', '.join(metadata.METRICS)}, got {metric!r}")
     if "://" not in logdir and not os.path.isdir(logdir):
-        raise ReportError(f"no such directory: {logdir}")
+        what = "not a directory" if os.path.exists(logdir) else "no such directory"
+        raise ReportError(f"{what}: {logdir}")
     scanner = damage.DamageScanner.for_logdir(logdir)
+    root_name = logdir_name(logdir)
     if load_fast is not False:
         try:
             from tensorboard.data import server_ingester
@@ -147,9 +185,9 @@ def open_logdir(
             binary = None
         if binary is not None:
             with _data_server(binary.path, logdir, samples) as provider:
-                yield Logdir(provider, samples, metric, scanner)
+                yield Logdir(provider, samples, metric, scanner, root_name)
             return
-    yield Logdir(_python_provider(logdir, samples), samples, metric, scanner)
+    yield Logdir(_python_provider(logdir, samples), samples, metric, scanner, root_name)
 
 
 def _python_provider(logdir: str, samples: int):
@@ -337,7 +375,7 @@ _JSON_LAYER_FIELDS = (*_LAYER_FIELDS, "suggested_learning_rate")
 def to_json(answer: dict) -> dict:
     """The report's JSON (docs/report.md): the contract's shape, layers in model order, plus
     each layer's text, counts and suggested_learning_rate, and per run the band judged
-    against (null: the default judgement), the suggestions' assumption and its damaged
+    against (null: the default judgement), the suggestions' assumption and caveat, its damaged
     event files (`damaged`: one entry per unreadable stretch, `damage.Stretch.as_json`; null
     when not checked), and the damaged runs without ratios; non-finite numbers as "NaN",
     "Infinity", "-Infinity"."""
@@ -345,7 +383,7 @@ def to_json(answer: dict) -> dict:
         "runs": [
             {
                 "run": r["run"], "low": r["low"], "high": r["high"], "patience": r["patience"],
-                "suggestions_assume": suggest.ASSUMES,
+                "suggestions_assume": suggest.ASSUMES, "suggestions_caveat": suggest.CAVEAT,
                 "layers": [{k: l[k] for k in _JSON_LAYER_FIELDS} for l in r["layers"]],
                 "damaged": (
                     None if r["damaged"] is None else [s.as_json() for s in r["damaged"]]
@@ -423,7 +461,7 @@ def to_text(answer: dict, settings: Settings) -> str:
                 lines.append(f"  {l['tag']}: {l['text']}")
         for stretch in r["damaged"] or []:
             lines.append(f"  damaged {stretch.file}: {stretch.describe()}")
-        lines.append(f"  suggested_lr = {suggest.FORMULA}, assuming an {suggest.ASSUMES}")
+        lines.append(f"  suggested_lr = {suggest.FORMULA}. {suggest.CAVEAT}")
         lines.append("")
     for run, stretches in answer["damaged_runs_without_ratios"].items():
         lines.append(f"run {run}: no wur ratios read, and damaged event files")

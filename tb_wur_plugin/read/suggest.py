@@ -1,11 +1,11 @@
 """Suggested learning rates: lr · target / ratio, the learning rate that would bring a layer's
 weight-update ratio to `target`. Pure numpy.
 
-What it assumes (`ASSUMES`): the update is proportional to the learning rate at the state
-logged. That holds for SGD (the update is lr · g: the ratio is lr · ‖g‖/‖w‖), SGD with
-momentum (lr · the velocity, which does not depend on lr in PyTorch's form) and for
-Adam-type optimizers (lr · m̂/(√v̂ + ε), and AdamW's decoupled decay lr · λ · w: the ratio
-is about lr / rms(w), it scales with lr and not with the gradient). So the suggestion gives
+What it assumes (`ASSUMES`; `CAVEAT` says it all to the user): the update is proportional to
+the learning rate at the state logged. That holds for SGD (the update is lr · g: the ratio is
+lr · ‖g‖/‖w‖), SGD with momentum (lr · the velocity, which does not depend on lr in PyTorch's
+form) and for Adam-type optimizers (lr · m̂/(√v̂ + ε), and AdamW's decoupled decay lr · λ · w:
+the ratio is about lr / rms(w), it scales with lr and not with the gradient). So it gives
 exactly `target` for the next update from the same weights and optimizer state
 (tests/judgement/test_judgement.py checks it on PyTorch SGD and Adam); what it does not model is
 the course after (a schedule, the weights' growth, momentum built at another rate). What differs
@@ -34,6 +34,14 @@ DEFAULT_TARGET = 1e-3
 DEFAULT_LAST = 10
 FORMULA = "lr * target / ratio"
 ASSUMES = "update proportional to the learning rate (SGD, momentum, Adam, AdamW)"
+# What a suggestion is worth, in words: the report prints it and /suggestions sends it
+# (`"caveat"`), which the tab shows as it comes.
+CAVEAT = (
+    f"Assumes an {ASSUMES}: exact for the next update from the same weights and optimizer "
+    "state; not modelled: learning-rate schedules, the weights' growth, momentum built up at "
+    "the old rate. Choose the target per optimizer: Adam-type ratios (about lr / rms(w)) are "
+    "healthy well above 1e-3."
+)
 
 
 def suggested_learning_rates(

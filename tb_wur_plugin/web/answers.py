@@ -348,6 +348,7 @@ class Answers:
             "metric": metric,
             "formula": suggest.FORMULA,
             "assumes": suggest.ASSUMES,
+            "caveat": suggest.CAVEAT,
             "has_learning_rate": learning_rate is not None,
             "layers": suggest.suggested_learning_rates(matrix, learning_rate, target, last),
         }

@@ -263,7 +263,8 @@ def test_tab_in_chromium(tab_logdir, tab_reports, load_fast, tmp_path):
                  "zoom works and survives reloads", "layer detail works", "flags work",
                  "export works", "keyboard navigation works", "grouping by layer works",
                  "tag and run names are text", "skipped steps are marked", "line search shown",
-                 "patience works", "comparison works", "suggested learning rate works"):
+                 "patience works", "comparison works", "suggested learning rate works",
+                 "flagged rows are marked at once", "widths work"):
         assert part in output, output
     for scheme in ("light", "dark"):
         assert (ARTIFACTS / f"wur-tab-{label}-{scheme}.png").stat().st_size > 10_000

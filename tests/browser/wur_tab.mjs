@@ -235,6 +235,9 @@ async function basic(page, f) {
 async function interact(page, f, want) {
   let attrs;
 
+  await settled(page, f);
+  const marked = await flaggedRowsMarked(f);
+  log(`flagged rows are marked at once (${marked} rows, before any click)`);
   await namesAreText(page, f, want);
   if (config.skipped) await skippedSteps(page, f, want);
   if (config.line_search) await lineSearch(page, f, want);
@@ -504,7 +507,130 @@ async function interact(page, f, want) {
   for (const tag of ["img", "i"]) check(await f.locator(tag).count() === 0, `a <${tag}> element exists in the tab`);
 
   await noRunShown(page, f, want);
+  await widths(page, f, want);
   await shots(page, f);
+}
+
+const WIDTHS = [1000, 1280, 1600];
+
+/** Every flag of the table marked at its row's label in its run's heatmap (data-flagged: the
+ * reason, a dot whose title says it), and no other row; returns how many. */
+async function flaggedRowsMarked(f) {
+  const flags = await f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => `${e.dataset.run} ${e.dataset.tag} ${e.dataset.reason}`));
+  const marked = await f.locator('[data-testid="wur-row-label"][data-flagged]').evaluateAll((els) => els.map((e) => ({
+    flag: `${e.closest("section").querySelector('[data-testid="wur-heatmap"]').dataset.run} ${e.dataset.tag} ${e.dataset.flagged}`,
+    dot: e.querySelector(".wur-flag-mark")?.getAttribute("title") ?? "",
+  })));
+  check(flags.length > 0, "no flag to mark");
+  check(JSON.stringify(marked.map((m) => m.flag).sort()) === JSON.stringify([...flags].sort()), `marked rows ${JSON.stringify(marked.map((m) => m.flag))}, flags ${JSON.stringify(flags)}`);
+  check(marked.every((m) => m.dot.startsWith("Flagged: ")), `a marked row's dot does not say why: ${JSON.stringify(marked)}`);
+  return marked.length;
+}
+
+/** What breaks a name or the width in the frame: the page wider than the window, a name wrapped
+ * inside a word (a line may end only after "/" or "_"), a name cut (an element narrower than its
+ * text) without a title naming it whole, a flag's text not across the flags' width or longer
+ * than `maxWhatLines` lines. */
+async function layoutProblems(f, maxWhatLines) {
+  return f.locator("body").evaluate((body, maxWhatLines) => {
+    const problems = [];
+    const page = document.scrollingElement;
+    if (page.scrollWidth > innerWidth) problems.push(`scroll width ${page.scrollWidth} > ${innerWidth}`);
+    const names = [".wur-flag-tag", ".wur-flag-run", ".wur-block-head h3", ".wur-detail h3", ".wur-detail-head .wur-meta",
+      ".wur-runs label > span:last-child", '[data-testid="wur-row-label"]', ".wur-compare-label"];
+    let checked = 0;
+    for (const el of document.querySelectorAll(names.join(","))) {
+      if (!el.getClientRects().length) continue; // not shown
+      const chars = [];
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (let i = 0; i < node.data.length; i++) {
+          const range = document.createRange();
+          range.setStart(node, i);
+          range.setEnd(node, i + 1);
+          const rect = range.getClientRects()[0];
+          if (rect) chars.push({ ch: node.data[i], top: rect.top });
+        }
+      }
+      const text = chars.map((c) => c.ch).join("");
+      for (let i = 1; i < chars.length; i++) {
+        if (chars[i].top > chars[i - 1].top + 2 && !"/_".includes(chars[i - 1].ch) && chars[i - 1].ch !== " ") {
+          problems.push(`"${text}" wraps inside a word: "${text.slice(0, i)}|${text.slice(i)}"`);
+        }
+      }
+      // a name too long for its place is cut, never wrapped inside a word: its element or
+      // the row it is in names it whole on hover
+      const cut = getComputedStyle(el).overflowX !== "visible" && el.scrollWidth > el.clientWidth + 1;
+      if (cut && !(el.closest("[title]")?.getAttribute("title") ?? "").includes(text)) problems.push(`"${text}" is cut and named nowhere whole: ${el.scrollWidth} > ${el.clientWidth}`);
+      checked++;
+    }
+    if (!checked) problems.push("no name checked");
+    const table = document.querySelector('[data-testid="wur-flags"] table');
+    for (const what of document.querySelectorAll(".wur-flag-what")) {
+      const lines = Math.round(what.getBoundingClientRect().height / parseFloat(getComputedStyle(what).lineHeight));
+      if (what.getBoundingClientRect().width < 0.9 * table.getBoundingClientRect().width) problems.push(`a flag's text is ${what.getBoundingClientRect().width} px wide in a ${table.getBoundingClientRect().width} px table`);
+      if (lines > maxWhatLines) problems.push(`a flag's text takes ${lines} lines: "${what.textContent}"`);
+    }
+    return problems;
+  }, maxWhatLines);
+}
+
+/** At 1000, 1280 and 1600 px wide, with a comparison and a flagged layer's detail open: no
+ * horizontal scroll, no name wrapped inside a word, the flags readable, every flagged row
+ * marked; the detail says why the layer is flagged and opens below its run's heatmap, the
+ * clicked row staying in view. A screenshot at each width. */
+async function widths(page, f, want) {
+  const reasons = (await (await page.request.get(`${config.url}/data/plugin/wur/reasons`)).json()).reasons;
+  const before = page.viewportSize();
+  const [runA, runB] = [want[0].run, want[1].run];
+  await f.locator('[data-testid="wur-compare-a"]').selectOption(runA);
+  await f.locator('[data-testid="wur-compare-b"]').selectOption(runB);
+  await f.locator(`[data-testid="wur-compare"][data-run-a="${runA}"][data-run-b="${runB}"]`).waitFor();
+  const measured = [];
+  for (const width of WIDTHS) {
+    await page.setViewportSize({ width, height: 900 });
+    await settled(page, f);
+    await flaggedRowsMarked(f);
+    // the flag of the last run with one: its row label clicked, lower down the page
+    const flags = await f.locator('[data-testid="wur-flag"]').evaluateAll((els) => els.map((e) => ({
+      run: e.dataset.run, tag: e.dataset.tag, reason: e.dataset.reason, text: e.querySelector(".wur-flag-what").textContent,
+    })));
+    const flag = flags.filter((x) => x.run === flags[flags.length - 1].run)[0];
+    const section = f.locator(`[data-testid="wur-heatmap"][data-run="${flag.run}"]`).locator("xpath=ancestor::section");
+    const label = section.locator(`[data-testid="wur-row-label"][data-tag="${flag.tag}"]`);
+    await label.scrollIntoViewIfNeeded();
+    await label.click();
+    const detail = f.locator(`[data-testid="wur-detail"][data-run="${flag.run}"][data-tag="${flag.tag}"]`);
+    await detail.locator('[data-testid="wur-detail-ratio"]').waitFor();
+    await settled(page, f);
+    const why = detail.locator('[data-testid="wur-detail-flag"]');
+    const reasonWords = reasons.find((r) => r.name === flag.reason)?.label;
+    const says = await why.innerText();
+    check(await why.isVisible() && await why.getAttribute("data-reason") === flag.reason && reasonWords && says.includes(`Flagged: ${reasonWords}`) && says.includes(flag.text),
+      `at ${width} px the detail of ${flag.run} ${flag.tag} says "${says}", want the reason "${reasonWords}" and "${flag.text}"`);
+    const placed = await f.locator("body").evaluate((body, { run, tag }) => {
+      const detail = document.querySelector('[data-testid="wur-detail"]');
+      const section = document.querySelector(`[data-testid="wur-heatmap"][data-run="${CSS.escape(run)}"]`).closest("section");
+      const row = section.querySelector(`[data-testid="wur-row-label"][data-tag="${CSS.escape(tag)}"]`).getBoundingClientRect();
+      const top = document.querySelector(".wur-toolbar").getBoundingClientRect().bottom;
+      return { after: section.nextElementSibling === detail, row: [row.top, row.bottom], view: [top, innerHeight], detailTop: detail.getBoundingClientRect().top };
+    }, flag);
+    check(placed.after, `at ${width} px the detail is not right below the heatmap of ${flag.run}`);
+    check(placed.row[0] >= placed.view[0] - 1 && placed.row[1] <= placed.view[1] + 1 && placed.detailTop < placed.view[1],
+      `at ${width} px the clicked row (${placed.row}) or the detail's top (${placed.detailTop}) is out of view (${placed.view})`);
+    const problems = await layoutProblems(f, 6);
+    check(!problems.length, `at ${width} px:\n  ${problems.join("\n  ")}`);
+    measured.push(`${width}: scroll width ${await f.locator("body").evaluate(() => document.scrollingElement.scrollWidth)}`);
+    if (config.artifacts) {
+      mkdirSync(config.artifacts, { recursive: true });
+      await page.screenshot({ path: path.join(config.artifacts, `wur-width-${config.label}-${width}.png`) });
+    }
+    await f.locator('[data-testid="wur-detail-close"]').click();
+  }
+  await f.locator('[data-testid="wur-compare-a"]').selectOption("");
+  await page.setViewportSize(before);
+  await settled(page, f);
+  log(`widths work (${measured.join(", ")}: no horizontal scroll, names wrap only between words, the detail below its heatmap says why)`);
 }
 
 /** Waits until the tab has settled: nothing loading, nothing asked for a moment. */
@@ -655,10 +781,11 @@ async function compareRuns(page, f, want) {
   const attrs = await canvas.evaluate((e) => ({ rows: +e.dataset.rows, cols: +e.dataset.cols }));
   check(attrs.rows === c.ranking.length && attrs.cols === c.steps.length, `comparison ${JSON.stringify(attrs)}, want ${c.ranking.length} x ${c.steps.length}`);
   // the ranking: order and divergence to 3 significant digits
-  const ranked = await f.locator('[data-testid="wur-compare-ranking"] li').evaluateAll((els) => els.map((e) => [e.dataset.tag, e.textContent]));
+  const ranked = await f.locator('[data-testid="wur-compare-ranking"] li').evaluateAll((els) => els.map((e) => [e.dataset.tag, e.textContent, e.title]));
   check(JSON.stringify(ranked.map((r) => r[0])) === JSON.stringify(c.ranking.map((r) => r.tag)), `ranking ${JSON.stringify(ranked)}, want ${JSON.stringify(c.ranking)}`);
   for (const [i, r] of c.ranking.entries()) {
-    check(ranked[i][1].includes(`divergence ${Number(r.divergence).toPrecision(3)}`), `ranking of ${r.tag}: "${ranked[i][1]}", want divergence ${r.divergence}`);
+    const divergence = Number(r.divergence).toPrecision(3);
+    check(ranked[i][1].startsWith(`${divergence}  ·  A/B `) && ranked[i][2].includes(`divergence ${divergence}`), `ranking of ${r.tag}: "${ranked[i][1]}" (title "${ranked[i][2]}"), want divergence ${r.divergence}`);
   }
   // every cell (rows in ranking order) against numpy's ratio_A / ratio_B
   await canvas.scrollIntoViewIfNeeded();
@@ -733,8 +860,10 @@ async function suggestedRate(page, f, want) {
   const value = Number(s.value).toPrecision(3);
   let t = await text();
   check(t.includes(`Suggested learning rate ${value} `) && t.includes("for a ratio of 1e-3") && t.includes(`last ${s.steps} judged steps`), `suggested learning rate: "${t}", want ${value} (${s.value})`);
+  // the caveat: the server's words (the report prints the same), shown as sent
   const caveat = await f.locator('[data-testid="wur-suggested-lr-caveat"]').innerText();
-  check(/SGD/.test(caveat) && /Adam/.test(caveat) && /momentum/.test(caveat) && /schedules/.test(caveat), `caveat: ${caveat}`);
+  const sent = (await (await page.request.get(`${config.url}/data/plugin/wur/suggestions?run=${encodeURIComponent(s.run)}`)).json()).caveat;
+  check(caveat === sent && /SGD/.test(caveat) && /Adam/.test(caveat) && /momentum/.test(caveat) && /schedules/.test(caveat), `caveat: "${caveat}", /suggestions says "${sent}"`);
   const other = w.tags.find((x) => x !== s.tag && x !== config.nan_tag);
   got = await requestsDuring(page, f, () => open(s.run, other));
   check(!got.includes("suggestions"), `opening another layer of ${s.run} asked for ${JSON.stringify(got)}`);

@@ -170,8 +170,8 @@ def test_the_default_flags_of_the_mixed_run(agreement_logdir):
     hot = {f["tag"]: f for f in answer["layers"]}["hot/kernel"]
     assert (hot["steps_in_a_row"], hot["steps_in_total"], hot["skipped_steps"]) == (7, 7, 3)
     assert hot["text"] == (
-        "fast outlier: ratio 50× above the median of the run's other layers (median ratio 0.05) "
-        "at 7 judged steps in a row from step 10")
+        "fast outlier: ratio 50× above the median of the run's other layers (its median ratio "
+        "0.05, the others' 0.001) at 7 judged steps in a row from step 10")
     assert Backend(agreement_logdir).json("flags", run="calm")["layers"] == []
     # an explicit band adds the band rule; at the same step the default judgement's reason wins
     banded = Backend(agreement_logdir).json("flags", run="mixed", high="0.04")
@@ -275,7 +275,7 @@ def test_outliers_are_judged_against_peers_of_the_same_kind():
     assert flagged(rows, kinds) == {"k3": ("slow_outlier", 0)}
     text = default(rows, kinds)["k3"]["text"]
     assert re.match(r"slow outlier: ratio \d{3}× below the median of the run's other matrices "
-                    r"\(median ratio 2\.\d+e-05\)", text), text
+                    r"\(its median ratio 2\.\d+e-05, the others' 0\.0[12]\d*\)", text), text
     assert text.endswith("at 10 judged steps in a row from step 0")
     # 100x faster at 2.0 is too fast too: at the same step, the first in REASONS wins
     rows["k3"] = noisy(2e-2 * 100)

@@ -139,7 +139,7 @@ def test_torch_watch_example(tmp_path):
     _run("torch_watch.py", "--logdir", str(tmp_path), "--steps", "25", "--every", "10",
          tensorflow=False)
     (run, series), = _read(tmp_path).items()
-    assert run == "."  # straight into the logdir given
+    assert run == tmp_path.name  # straight into the logdir given: its run named after it
     layers = ["conv", "hidden", "logits"]
     _assert_logged(series, [f"{layer}/{kind}" for layer in layers for kind in ("weight", "bias")],
                    [0, 10, 20])
@@ -209,7 +209,7 @@ def test_numpy_writer_example(tmp_path, capsys):
         assert layer["logged_steps"] == len(steps) and not layer["flagged"], layer
         # zero-initialised biases: +inf at their first update, which is not a flag
         assert layer["nonfinite"] == (1 if layer["tag"].endswith("bias") else 0), layer
-    _assert_logged(_read(tmp_path)["."], tags, steps)
+    _assert_logged(_read(tmp_path)[tmp_path.name], tags, steps)
 
 
 def test_huggingface_trainer_example(tmp_path):

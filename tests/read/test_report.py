@@ -16,6 +16,7 @@ import pytest
 
 from backend import Backend
 from tb_wur_plugin import cli, metadata
+from tb_wur_plugin.read import suggest
 from tb_wur_plugin.writer import SummaryWriter
 
 SKIPPED = {4, 5}
@@ -206,7 +207,7 @@ def test_text_table_against_the_export(logdir, backend, capsys, band):
     # assumption
     texts = lines[2 + n_rows: 2 + n_rows + len(flagged)]
     assert texts == [f"  {tag}: {f['text']}" for tag, f in flagged.items()]
-    assert lines[2 + n_rows + len(flagged)].startswith("  suggested_lr = lr * target / ratio")
+    assert lines[2 + n_rows + len(flagged)] == f"  suggested_lr = lr * target / ratio. {suggest.CAVEAT}"
 
 
 def test_compare_ranking_against_numpy(logdir, backend, capsys):
@@ -254,6 +255,9 @@ def test_suggestions_options_and_route(logdir, backend, capsys):
     a = backend.json("suggestions", run="a/train")
     assert a["formula"] == "lr * target / ratio"
     assert a["assumes"] == "update proportional to the learning rate (SGD, momentum, Adam, AdamW)"
+    # one caveat, in the route's words and the report's (the tab shows the route's)
+    assert a["caveat"].startswith(f"Assumes an {a['assumes']}: exact for the next update")
+    assert a["caveat"] == run["suggestions_caveat"] == suggest.CAVEAT
     by_tag = {l["tag"]: l for l in a["layers"]}
     assert by_tag["net/out/bias"]["finite"] is False
     assert by_tag["net/out/bias"]["suggested_learning_rate"] is None
@@ -276,6 +280,7 @@ def _tb_wur():
     (["{logdir}", "--fail-on-flags"], 1, None),
     (["{logdir}", "--fail-on-flags", "--run", "c/eval", "--high", "1", "--low", "1e-9"], 0, None),
     (["{missing}"], 2, "no such directory"),
+    (["{file}"], 2, "not a directory"),
     (["{empty}"], 2, "no wur ratios"),
     (["{logdir}", "--run", "zzz"], 2, "selects no run"),
     (["{logdir}", "--run", "("], 2, "regular expression"),
@@ -290,7 +295,9 @@ def _tb_wur():
 def test_exit_status_of_the_console_script(logdir, tmp_path, args, status, reason):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "other").mkdir()
-    args = [a.format(logdir=logdir, missing=str(tmp_path / "missing"), empty=str(tmp_path / "empty"))
+    (tmp_path / "file").write_text("not a logdir")
+    args = [a.format(logdir=logdir, missing=str(tmp_path / "missing"), empty=str(tmp_path / "empty"),
+                     file=str(tmp_path / "file"))
             for a in args]
     done = subprocess.run([_tb_wur(), "report", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == status, done.stderr
@@ -299,6 +306,34 @@ def test_exit_status_of_the_console_script(logdir, tmp_path, args, status, reaso
         assert reason in done.stderr and not done.stdout
     else:
         assert "run a/train" in done.stdout or "run c/eval" in done.stdout
+
+
+@pytest.mark.parametrize("load_fast", ["true", "false"])
+def test_a_logdir_that_is_a_run_directory_names_the_run_after_it(logdir, tmp_path, capsys,
+                                                                    load_fast):
+    """TensorBoard names the run of a logdir's own event files "."; the report names it after
+    the directory, in its text and JSON, and takes that name in --run and --compare, also
+    beside a subdirectory's run. A subdirectory of that name keeps "." for the logdir's."""
+    run_dir = os.path.join(logdir, "a", "train")
+    status, out = _report(capsys, run_dir, "--format", "json", "--load_fast", load_fast)
+    assert status == 0
+    assert [r["run"] for r in json.loads(out)["runs"]] == ["train"]
+    status, out = _report(capsys, run_dir, "--load_fast", load_fast)
+    assert status == 0 and out.startswith("run train: ") and "run .:" not in out
+    nested = tmp_path / "trial"
+    with SummaryWriter(str(nested)) as w:
+        w.add_ratios({"net/kernel": 1e-3, "net/other": 2e-3}, 0)
+    with SummaryWriter(str(nested / "eval")) as w:
+        w.add_ratios({"net/kernel": 3e-3}, 0)
+    status, out = _report(capsys, str(nested), "--format", "json", "--load_fast", load_fast,
+                          "--run", "^trial$", "--compare", "trial", "eval")
+    answer = json.loads(out)
+    assert status == 0 and [r["run"] for r in answer["runs"]] == ["trial"]
+    assert (answer["compare"]["run_a"], answer["compare"]["run_b"]) == ("trial", "eval")
+    with SummaryWriter(str(nested / "trial")) as w:
+        w.add_ratios({"net/kernel": 1e-3}, 0)
+    status, out = _report(capsys, str(nested) + os.sep, "--format", "json", "--load_fast", load_fast)
+    assert status == 0 and [r["run"] for r in json.loads(out)["runs"]] == [".", "eval", "trial"]
 
 
 def test_compare_route_matches_the_report(logdir, backend, capsys):

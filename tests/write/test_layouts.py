@@ -298,6 +298,9 @@ def test_read_ratios_says_what_is_wrong(tmp_path, logdir):
 
     with pytest.raises(FileNotFoundError, match="no such directory"):
         tb_wur_plugin.read_ratios(str(tmp_path / "missing"))
+    (tmp_path / "file").write_text("not a logdir")
+    with pytest.raises(NotADirectoryError, match="not a directory"):
+        tb_wur_plugin.read_ratios(str(tmp_path / "file"))
     with pytest.raises(ValueError, match="selects no run"):
         tb_wur_plugin.read_ratios(logdir, run="^nothing$", load_fast=False)
     with pytest.raises(ValueError, match="not a regular expression"):
