@@ -8,7 +8,7 @@ import { api, HttpError, Histograms, LayerInfo, LineSearch, ReservedTags, RunInf
 import { KeyedCache } from "./cache";
 import { bucketOf, drawDensity, drawLogLine, log10AtY, nearestIndex, rangeIndices, stepAtX } from "./charts";
 import type { Band } from "./color";
-import { el, nameNodes } from "./dom";
+import { el, nameNodes, proseNodes } from "./dom";
 import { isNanFlag } from "./flagged";
 import { formatRatio, formatShortRatio, formatStep } from "./format";
 import { lineSearchAt } from "./line_search";
@@ -151,7 +151,7 @@ export class DetailView {
     }
     this.flag.setAttribute("data-reason", flag.reason);
     this.flagLabel.textContent = `Flagged: ${label}`;
-    this.flagText.textContent = flag.text;
+    this.flagText.replaceChildren(...proseNodes(flag.text));
   }
 
   /** The suggested learning rate's text (suggest.ts), or "" while it loads; `caveat`: what

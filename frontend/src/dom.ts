@@ -1,5 +1,5 @@
 // Tiny DOM helpers. Text always goes in through textContent: names are never parsed as HTML.
-import { nameParts } from "./names";
+import { nameParts, numberParts } from "./names";
 
 export function el<K extends keyof HTMLElementTagNameMap>(
   tag: K, attrs: Record<string, string | number | boolean | undefined> = {}, ...children: (Node | string | null | undefined | false)[]
@@ -22,6 +22,12 @@ export function el<K extends keyof HTMLElementTagNameMap>(
  * breaks inside a word; the element's text is the name. */
 export function nameNodes(name: string): Node[] {
   return nameParts(name).flatMap((part, i) => (i ? [document.createElement("wbr"), document.createTextNode(part)] : [document.createTextNode(part)]));
+}
+
+/** Prose as text nodes, each number in exponent notation in a span that does not wrap
+ * (names.ts numberParts). */
+export function proseNodes(text: string): Node[] {
+  return numberParts(text).map((part, i) => (i % 2 ? el("span", { class: "wur-nowrap", text: part }) : document.createTextNode(part)));
 }
 
 /** Run colors: TensorBoard's palette by position among the sorted run names (distinct for the

@@ -250,9 +250,12 @@ export class HeatmapBlock {
     this.markFlaggedLabels();
   }
 
-  /** The label of `tag`'s row; null when the row is not shown (filtered out, collapsed). */
+  /** The label of the row showing `tag`: its own, else its collapsed group's; null when it is
+   * not shown (filtered out). */
   rowLabel(tag: string): HTMLElement | null {
-    const row = this.specs.findIndex((x) => x.kind === "tag" && x.name === tag);
+    const tags = this.h?.runs[this.runIndex].tags ?? [];
+    let row = this.specs.findIndex((x) => x.kind === "tag" && x.name === tag);
+    if (row < 0) row = this.specs.findIndex((x) => x.kind === "group" && x.members.some((i) => tags[i] === tag));
     return row < 0 ? null : (this.labels.children[row] as HTMLElement | undefined) ?? null;
   }
 

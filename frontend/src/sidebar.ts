@@ -4,7 +4,7 @@
 // Its width follows the window's, and the user can drag it wider (styles.ts); names wrap only
 // between levels (names.ts), a flag's text spans the table's width below its names.
 import type { Reason, RunInfo } from "./api";
-import { compileFilter, el, nameNodes } from "./dom";
+import { compileFilter, el, nameNodes, proseNodes } from "./dom";
 import { isNanFlag } from "./flagged";
 import { formatShortRatio, formatStep } from "./format";
 import type { Band } from "./color";
@@ -105,7 +105,7 @@ export class Sidebar {
       const row = el("tr", { role: "row", "data-testid": "wur-flag", "data-run": f.run, "data-tag": f.tag, "data-reason": String(f.reason), "data-since": f.since === null || f.since === undefined ? "" : String(f.since), tabindex: 0, title: `Show ${f.tag} in ${f.run}` },
         el("td", { role: "cell", class: "wur-flag-tag" }, ...nameNodes(f.tag)),
         el("td", { role: "cell", class: "wur-flag-run" }, ...nameNodes(f.run)),
-        el("td", { role: "cell", class: `wur-flag-what${isNanFlag(f) ? " wur-flag-nan" : ""}`, text: f.text }),
+        el("td", { role: "cell", class: `wur-flag-what${isNanFlag(f) ? " wur-flag-nan" : ""}` }, ...proseNodes(f.text)),
         el("td", { role: "cell", class: "wur-flag-since", text: f.since === null || f.since === undefined ? "–" : formatStep(f.since) }));
       return row;
     }));

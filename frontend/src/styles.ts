@@ -169,5 +169,6 @@ button:disabled { color: var(--muted); cursor: default; }
 .wur-compare-grid canvas { display: block; cursor: crosshair; image-rendering: pixelated; }
 .wur-compare-ranking { list-style: none; margin: 0; padding: 0 0 0 8px; font-size: 11px; color: var(--muted); min-width: 0; }
 .wur-compare-ranking li { height: 16px; line-height: 16px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.wur-nowrap { white-space: nowrap; }
 .wur-visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 `;

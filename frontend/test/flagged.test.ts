@@ -6,7 +6,7 @@ import type { Reason } from "../src/api";
 import { flagMarkTitle, flagsOfRun, isNanFlag, reasonLabel, rowFlag } from "../src/flagged";
 import { layoutRows } from "../src/group";
 import { scrollToShow } from "../src/layout";
-import { LONG_LEVEL, nameParts } from "../src/names";
+import { LONG_LEVEL, nameParts, numberParts } from "../src/names";
 import type { FlagRow } from "../src/state";
 
 const flag = (run: string, tag: string, reason: string, extra: Partial<FlagRow> = {}): FlagRow =>
@@ -55,6 +55,14 @@ test("names wrap after a '/', and inside a long level after a '_'; never inside 
   assert.deepEqual(nameParts("/x/"), ["/", "x/"]);
   assert.deepEqual(nameParts(""), [""]);
   for (const name of ["a//b", `${long}/`, "_a_", "x"]) assert.equal(nameParts(name).join(""), name);
+});
+
+test("prose keeps its numbers in exponent notation whole", () => {
+  const text = "slow outlier: ratio 1,768× below (its median ratio 9.33e-07, the others' 0.00173; 1e+24 or more) at 114 steps";
+  const parts = numberParts(text);
+  assert.deepEqual(parts.filter((_, i) => i % 2), ["9.33e-07", "1e+24"]);
+  assert.equal(parts.join(""), text);
+  assert.deepEqual(numberParts("no number here"), ["no number here"]);
 });
 
 test("the detail opened below a row: shown whole when the row stays in view, else the row kept at the top", () => {

@@ -1,6 +1,7 @@
 """The test suite's own rules (tests/README.md): the tests of the TensorFlow-free writers and of
 the read side's pure functions import no TensorFlow, collected or run; the tables of
-tests/conftest.py that schedule the parallel run name tests that exist."""
+tests/conftest.py that schedule the parallel run name tests that exist; pytest's summary is
+the last line of a parallel run's output."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ def test_tensorflow_free_tests_import_no_tensorflow():
     assert f"{len(QUICK_TENSORFLOW_FREE_TESTS)} passed" in result.stdout, result.stdout[-3000:]
     assert after_collection == [], "collecting them imported " + ", ".join(after_collection)
     assert after_running == [], "running them imported " + ", ".join(after_running)
+
+
+def test_the_summary_is_the_last_line_of_a_parallel_run():
+    """The xdist controller imports the conftest.py files of the arguments while pytest captures
+    file descriptors 1 and 2, and pytest writes what it captured there to the terminal when it
+    stops capturing, at exit: after the summary. A conftest that imports TensorFlow (as
+    tests/conftest.py did) puts TensorFlow's start-up lines below the summary, which no log
+    level silences (they come before absl's logging starts). Run as scripts/test.sh runs
+    pytest (pytest.ini's two workers), over the root conftest and a folder's."""
+    tests = ["tests/project/test_architecture.py::test_the_package_has_the_layout_the_docs_draw",
+             "tests/judgement/test_reasons.py::test_the_table_is_well_formed"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines[-1].startswith("=") and " 2 passed in " in lines[-1], result.stdout[-3000:]
 
 
 def _conftest_tables() -> dict[str, object]:
