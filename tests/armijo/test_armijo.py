@@ -14,38 +14,16 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.datasets import load_breast_cancer
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import summary_pb2
 
+from logistic_reference import D, X, Y, logistic_data, np_grad, np_loss
 from tb_wur_plugin import armijo, metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # --- data and the numpy reference ---------------------------------------------------------
-
-
-def _data(dtype=np.float64):
-    x, y = load_breast_cancer(return_X_y=True)
-    x = (x - x.mean(axis=0)) / x.std(axis=0)
-    return x.astype(dtype), y.astype(dtype)
-
-
-X, Y = _data()
-D = X.shape[1]
-
-
-def np_loss(w, b, x, y):
-    """Mean logistic loss, float64."""
-    z = x @ w + b
-    return float(np.mean(np.logaddexp(0.0, z) - y * z))
-
-
-def np_grad(w, b, x, y):
-    z = x @ w + b
-    r = (1.0 / (1.0 + np.exp(-z)) - y) / len(y)
-    return x.T @ r, float(np.sum(r))
 
 
 def reference_sls(batches, steps, *, n_batches_per_epoch=None, initial_step_size=1.0, c=0.1,
@@ -251,7 +229,7 @@ def test_unused_variable_has_zero_gradient():
 
 
 def test_float32_variables_satisfy_armijo():
-    x32, y32 = _data(np.float32)
+    x32, y32 = logistic_data(np.float32)
     w = tf.Variable(tf.zeros([D], tf.float32))
     b = tf.Variable(tf.zeros([], tf.float32))
     search = armijo.StochasticArmijo(n_batches_per_epoch=9, initial_step_size=10.0)
