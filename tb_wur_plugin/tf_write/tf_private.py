@@ -3,18 +3,20 @@
 TensorFlow has no public way to read or set the default summary writer without flushing it,
 to read its recording conditions, to get a writer's resource handle or whether it is closed,
 to write a serialized `Summary` as it is, to make a variable that a `tf.distribute`
-strategy in scope does not turn into a distributed one, or to name the class of a
-`ParameterServerStrategy`'s partitioned variables. These functions do, and no other module touches
+strategy in scope does not turn into a distributed one, to name the class of a
+`ParameterServerStrategy`'s partitioned variables, or to make a conditional that runs only
+the taken branch's ops (`tf.cond` in a `tf.function` is lowered to Switch/Merge, which
+dispatches the ops of both branches). These functions do, and no other module touches
 `tensorflow.python`: `tests/write/test_tf_private.py` fails, naming what changed, when a
 TensorFlow release changes any of them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops, resource_variable_ops, summary_ops_v2
+from tensorflow.python.ops import cond_v2, gen_summary_ops, resource_variable_ops, summary_ops_v2
 
 
 def default_writer() -> tf.summary.SummaryWriter | None:
@@ -63,3 +65,22 @@ def is_sharded_variable(candidate: Any) -> bool:
     `ParameterServerStrategy` with a `variable_partitioner` makes: a list of shard variables,
     not a `tf.Variable`)."""
     return isinstance(candidate, tf.__internal__.distribute.ShardedVariable)
+
+
+def unlowered_cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
+    """`tf.cond(pred, true_fn, false_fn)`, whose conditional op in a graph is not lowered to
+    Switch/Merge: it stays one functional Case op that runs only the taken branch's function.
+
+    Args:
+      pred: a scalar bool tensor (or a Python bool when executing eagerly).
+      true_fn, false_fn: callables of no argument, returning the same structure of tensors
+        (same dtypes) in both branches.
+
+    Returns:
+      What the taken branch returns. Executing eagerly, the taken branch is just called.
+    """
+    if tf.executing_eagerly():
+        return true_fn() if bool(pred) else false_fn()
+    index = tf.cast(pred, tf.int32)  # 0: false_fn, 1: true_fn
+    return cond_v2.indexed_case(index, [false_fn, true_fn], name="unlowered_cond",
+                                lower_using_switch_merge=False)

@@ -174,3 +174,66 @@ def test_sharded_variable_is_recognised_and_a_variable_is_not():
     sharded = sharded_variable.ShardedVariable([tf.Variable([1.0, 2.0]), tf.Variable([3.0])])
     assert tf_private.is_sharded_variable(sharded)
     assert not tf_private.is_sharded_variable(tf.Variable([1.0]))
+
+
+COND = "tensorflow.python.ops.cond_v2.indexed_case(lower_using_switch_merge=False)"
+
+
+def _branches(counter):
+    """(true_fn, false_fn): each adds to its own element of `counter` (a side effect only the
+    taken branch may have) and returns a (float, int) pair."""
+
+    def true_fn():
+        counter.assign_add([1, 0])
+        return tf.constant(2.5), tf.constant(7)
+
+    def false_fn():
+        counter.assign_add([0, 1])
+        return tf.constant(-1.0), tf.constant(3)
+
+    return true_fn, false_fn
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_unlowered_cond_takes_either_branch_in_a_tf_function(jit_compile):
+    counter = tf.Variable([0, 0])
+    true_fn, false_fn = _branches(counter)
+
+    @tf.function(jit_compile=jit_compile)
+    def run(pred):
+        return tf_private.unlowered_cond(pred, true_fn, false_fn)
+
+    with private(COND):
+        taken = run(tf.constant(True))
+        check([float(taken[0]), int(taken[1])] == [2.5, 7], COND, f"true branch gave {taken}")
+        check(counter.numpy().tolist() == [1, 0], COND,
+              f"after the true branch the branches ran {counter.numpy().tolist()} times")
+        taken = run(tf.constant(False))
+        check([float(taken[0]), int(taken[1])] == [-1.0, 3], COND, f"false branch gave {taken}")
+        check(counter.numpy().tolist() == [1, 1], COND,
+              f"after the false branch the branches ran {counter.numpy().tolist()} times")
+
+
+def test_unlowered_cond_makes_one_case_op_marked_not_to_be_lowered():
+    counter = tf.Variable([0, 0])
+    true_fn, false_fn = _branches(counter)
+    graph = tf.function(lambda pred: tf_private.unlowered_cond(pred, true_fn, false_fn)
+                        ).get_concrete_function(tf.TensorSpec([], tf.bool)).graph
+    conditionals = [op for op in graph.get_operations()
+                    if op.type in ("Case", "StatelessCase", "If", "StatelessIf")]
+    check(len(conditionals) == 1, COND,
+          f"expected one conditional op, got {[op.type for op in graph.get_operations()]}")
+    with private(COND):
+        lowered = conditionals[0].get_attr("_lower_using_switch_merge")
+    check(lowered is False, COND, f"_lower_using_switch_merge is {lowered!r}, not False")
+    check(not any(op.type in ("Switch", "Merge") for op in graph.get_operations()), COND,
+          "the graph holds Switch/Merge ops")
+
+
+def test_unlowered_cond_executing_eagerly_calls_the_taken_branch():
+    counter = tf.Variable([0, 0])
+    true_fn, false_fn = _branches(counter)
+    assert [float(t) for t in tf_private.unlowered_cond(tf.constant(True), true_fn, false_fn)
+            ] == [2.5, 7.0]
+    assert [float(t) for t in tf_private.unlowered_cond(False, true_fn, false_fn)] == [-1.0, 3.0]
+    assert counter.numpy().tolist() == [1, 1]
