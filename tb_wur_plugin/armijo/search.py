@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import tensorflow as tf
 
 from tb_wur_plugin.armijo import summaries as _summaries
+from tb_wur_plugin.tf_write import tf_private
 from tb_wur_plugin.tf_write.variables import tf_variable
 
 RESETS = ("keep", "grow", "initial", "polyak")
@@ -342,17 +343,15 @@ class StochasticArmijo:
             average_slope = smoothing * self._average_slope + (1.0 - smoothing) * slope
             previous_decrease = tf.identity(self._average_decrease)
 
+        dtypes = {w.dtype for w in weights}
+
         def stepped(step_size):
-            return [w - tf.cast(step_size, w.dtype) * d for w, d in zip(weights, directions)]
+            # The step size cast once per dtype, not once per variable.
+            cast = {dtype: tf.cast(step_size, dtype) for dtype in dtypes}
+            return [w - cast[w.dtype] * d for w, d in zip(weights, directions)]
 
-        # 5. Trials w' = w − s·d until the condition holds, s ← β·s after each rejection;
-        # none when the gradient norm is tiny (a loop of zero trials: no conditional around
-        # the loop, whose captured tensors would each cost a switch).
-        def cond(trials, s, found, new_f, decrease):
-            return tf.logical_and(
-                tf.logical_and(searched, tf.logical_not(found)), trials < self.max_backtracks)
-
-        def body(trials, s, found, new_f, decrease):
+        def trial(s):
+            """One trial at step size s: (f', whether the condition holds, h_k)."""
             next_f = tf.cast(trial_loss(stepped(s)), tf.float64)
             if self.smoothing > 0.0:
                 # SaLSA: h_k = β₃·h_{k−1} + (1 − β₃)·(f_ref − f') ≥ c·s·ŝ_k.
@@ -361,20 +360,43 @@ class StochasticArmijo:
                 accepted = decrease >= s * c * average_slope
             else:
                 # As the reference: loss_next - (loss - step_size * c * grad_norm**2) <= 0.
+                decrease = tf.constant(0.0, tf.float64)
                 accepted = next_f - (reference - s * c * slope) <= 0
-            s = tf.where(accepted, s, s * beta)
+            return next_f, accepted, decrease
+
+        # 5. Trials w' = w − s·d until the condition holds, s ← β·s after each rejection.
+        # The first trial runs unconditionally, outside any loop (also when the gradient
+        # norm is tiny: its loss is then discarded); only when it is rejected does the loop
+        # of the further trials run, in a conditional that is not lowered (the accepted
+        # first trial, the common case, then pays for no loop).
+        first_f, first_accepted, first_decrease = trial(s0)
+        first = (tf.constant(1, tf.int32), tf.compat.v1.where(first_accepted, s0, s0 * beta),
+                 first_accepted, first_f, first_decrease)
+
+        def cond(trials, s, found, new_f, decrease):
+            return tf.logical_and(tf.logical_not(found), trials < self.max_backtracks)
+
+        def body(trials, s, found, new_f, decrease):
+            next_f, accepted, decrease = trial(s)
+            s = tf.compat.v1.where(accepted, s, s * beta)
             return trials + 1, s, accepted, next_f, decrease
 
-        trials, stored, found, new_f, decrease = tf.while_loop(
-            cond,
-            body,
-            (tf.constant(0, tf.int32), s0, tf.constant(False), f, tf.constant(0.0, tf.float64)),
-            maximum_iterations=self.max_backtracks,
-        )
+        def backtrack():
+            return tf.while_loop(cond, body, first, maximum_iterations=self.max_backtracks - 1)
+
+        trials, stored, found, new_f, decrease = tf_private.unlowered_cond(
+            tf.logical_or(first_accepted, tf.logical_not(searched)),
+            lambda: tuple(tf.identity(t) for t in first), backtrack)
+        # Nothing moves when the gradient norm is tiny: no trial counts, the stored step
+        # size stays the first trial's, the new loss is f.
+        found = tf.logical_and(searched, found)
+        trials = tf.compat.v1.where(searched, trials, tf.constant(0, tf.int32))
+        stored = tf.compat.v1.where(searched, stored, s0)
+        new_f = tf.compat.v1.where(searched, new_f, f)
         # The accepted step; 1e-6 when every trial was rejected; 0 when nothing moves.
-        applied = tf.where(found, stored, tf.where(
+        applied = tf.compat.v1.where(found, stored, tf.compat.v1.where(
             searched, tf.constant(FALLBACK_STEP_SIZE, tf.float64), tf.constant(0.0, tf.float64)))
-        backtracks = tf.where(found, trials - 1, trials)
+        backtracks = tf.compat.v1.where(found, trials - 1, trials)
         # 6. The new weights and the search's state, to be assigned by the caller.
         moved = stepped(applied)
         assignments += [
