@@ -20,9 +20,18 @@ mean, median and range over seeds, diverged runs counted apart; test accuracy; w
 per epoch; trials per step; and per variant the issue's four targets against the tuned
 baseline with the lowest mean loss.
 
+Part 3 ("train", not run by default), the compiled train function alone, per model: the
+step `fit` runs (`model.make_train_function()`, fed from a tf.data iterator as `fit` feeds
+it), for plain SGD (learning rate 0.3) and `LineSearchModel` with the recommended variant,
+from the same weights on the same batches; interleaved rounds in one process, each timing
+one epoch's steps of both in a random order; the ratio of the variant's time to SGD's per
+round, median [min-max] over rounds. It isolates target 3's ratio from the rest of an epoch
+(callbacks, the loop in Python).
+
     python benchmarks/armijo.py                  # both parts, both models (about 25 minutes)
     python benchmarks/armijo.py --parts convergence --problems convnet
     python benchmarks/armijo.py --parts convergence --seeds 100-102   # development seeds
+    python benchmarks/armijo.py --parts train    # the train function alone, both models
     python benchmarks/armijo.py --quick          # tiny sizes, seconds (the test suite runs it)
 """
 
@@ -370,15 +379,68 @@ def convergence(seeds: list[int], epochs: int, rates: list[float], adam_rates: l
               f"{reached_text}")
 
 
+# --- part 3 -------------------------------------------------------------------------------
+
+
+def train_costs(problems: list[str], rounds: int, batch: int = 32, seed: int = 0) -> None:
+    """Per model, the compiled train function of plain SGD (lr 0.3) and of `LineSearchModel`
+    with `armijo.RECOMMENDED`, one epoch of steps each per round, interleaved in a random
+    order; each round restarts both from the same weights and search state."""
+    x_train, y_train, _, _ = digits()
+    steps_per_epoch = -(-len(x_train) // batch)
+    dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(batch)
+               .repeat().prefetch(2))
+    for problem in problems:
+        title, build = PROBLEMS[problem]
+        sgd_model, searched_model = build(seed), build(seed)
+        start_weights = sgd_model.get_weights()
+        searched_model.set_weights(start_weights)
+        sgd_model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.3), loss=LOSS)
+        search = armijo.StochasticArmijo(**armijo.RECOMMENDED)
+        trainer = armijo.LineSearchModel(searched_model, search)
+        trainer.compile(loss=LOSS)
+        runs = {}
+        for name, model in (("plain SGD", sgd_model), ("recommended variant", trainer)):
+            model.make_train_function()
+            function = model.train_function
+            iterator = iter(dataset)
+
+            def run(n, function=function, iterator=iterator):
+                for _ in range(n):
+                    function(iterator)
+            runs[name] = run
+        for run in runs.values():  # trace and warm up
+            run(3)
+        times = {name: [] for name in runs}
+        for _ in range(rounds):
+            sgd_model.set_weights(start_weights)
+            searched_model.set_weights(start_weights)
+            search.reset_state()
+            names = list(runs)
+            random.shuffle(names)
+            for name in names:
+                times[name].append(time_per_step(runs[name], steps_per_epoch))
+        ratios = [t / b for t, b in zip(times["recommended variant"], times["plain SGD"])]
+        print(f"digits: {title}, batch {batch}: the compiled train function, "
+              f"{steps_per_epoch} steps per round, {rounds} rounds; time per step, median "
+              f"[min-max] over rounds")
+        for name in runs:
+            ms = [t * 1e3 for t in times[name]]
+            print(f"  {name:<22} {statistics.median(ms):7.3f} ms [{min(ms):.3f}-{max(ms):.3f}]")
+        print(f"  recommended variant / plain SGD: {statistics.median(ratios):.3f} "
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--parts", default="steps,convergence",
-                        help="comma-separated: steps, convergence")
+                        help="comma-separated: steps, convergence, train")
     parser.add_argument("--problems", default="mlp,convnet",
-                        help="comma-separated, the convergence part's models: mlp, convnet")
+                        help="comma-separated, the models of the convergence and train "
+                        "parts: mlp, convnet")
     parser.add_argument("--seeds", default="0-9",
                         help="convergence: seeds, a range a-b or a comma-separated list")
     parser.add_argument("--rates", default="0.01,0.03,0.1,0.3,1,3,10",
@@ -410,6 +472,8 @@ def main() -> None:
                             adam_rates=[float(r) for r in args.adam_rates.split(",")],
                             problem=problem)
             print(f"  ({time.perf_counter() - start:.0f} s)")
+    if "train" in parts:
+        train_costs(args.problems.split(","), rounds=args.rounds or (2 if args.quick else 30))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ FALLBACK_STEP_SIZE = 1e-6
 POLYAK_MIN_STEP_SIZE = 1e-6
 POLYAK_EPSILON = 1e-8
 
+# The search's selects, between tensors of the same shape: TF1's select (no broadcasting),
+# which with a scalar condition passes the chosen tensor on, cheaper per step than
+# `tf.where`'s broadcasting select (benchmarks/RESULTS.md, "Line search variants").
+_select = tf.compat.v1.where
+
 
 class StepResult(NamedTuple):
     """What one `StochasticArmijo.minimize` call did (tensors).
@@ -370,7 +375,7 @@ class StochasticArmijo:
         # of the further trials run, in a conditional that is not lowered (the accepted
         # first trial, the common case, then pays for no loop).
         first_f, first_accepted, first_decrease = trial(s0)
-        first = (tf.constant(1, tf.int32), tf.compat.v1.where(first_accepted, s0, s0 * beta),
+        first = (tf.constant(1, tf.int32), _select(first_accepted, s0, s0 * beta),
                  first_accepted, first_f, first_decrease)
 
         def cond(trials, s, found, new_f, decrease):
@@ -378,7 +383,7 @@ class StochasticArmijo:
 
         def body(trials, s, found, new_f, decrease):
             next_f, accepted, decrease = trial(s)
-            s = tf.compat.v1.where(accepted, s, s * beta)
+            s = _select(accepted, s, s * beta)
             return trials + 1, s, accepted, next_f, decrease
 
         def backtrack():
@@ -390,17 +395,17 @@ class StochasticArmijo:
         # Nothing moves when the gradient norm is tiny: no trial counts, the stored step
         # size stays the first trial's, the new loss is f.
         found = tf.logical_and(searched, found)
-        trials = tf.compat.v1.where(searched, trials, tf.constant(0, tf.int32))
-        stored = tf.compat.v1.where(searched, stored, s0)
-        new_f = tf.compat.v1.where(searched, new_f, f)
+        trials = _select(searched, trials, tf.constant(0, tf.int32))
+        stored = _select(searched, stored, s0)
+        new_f = _select(searched, new_f, f)
         # The accepted step; 1e-6 when every trial was rejected; 0 when nothing moves.
-        applied = tf.compat.v1.where(found, stored, tf.compat.v1.where(
+        applied = _select(found, stored, _select(
             searched, tf.constant(FALLBACK_STEP_SIZE, tf.float64), tf.constant(0.0, tf.float64)))
-        backtracks = tf.compat.v1.where(found, trials - 1, trials)
+        backtracks = _select(found, trials - 1, trials)
         # 6. The new weights and the search's state, to be assigned by the caller.
         moved = stepped(applied)
         assignments += [
-            (t, tf.where(searched, m, w)) for t, m, w in zip(targets, moved, weights)
+            (t, _select(searched, m, w)) for t, m, w in zip(targets, moved, weights)
         ]
         assignments.append((self.step_size, stored))
         if self.reset == "polyak":
@@ -408,12 +413,12 @@ class StochasticArmijo:
             memory = tf.maximum(
                 self._polyak_memory + tf.cast(backtracks, tf.float64) - 1.0, 0.0)
             assignments.append(
-                (self._polyak_memory, tf.where(searched, memory, self._polyak_memory)))
+                (self._polyak_memory, _select(searched, memory, self._polyak_memory)))
         if self.smoothing > 0.0:
             assignments.append(
-                (self._average_decrease, tf.where(found, decrease, previous_decrease)))
+                (self._average_decrease, _select(found, decrease, previous_decrease)))
             assignments.append(
-                (self._average_slope, tf.where(searched, average_slope, self._average_slope)))
+                (self._average_slope, _select(searched, average_slope, self._average_slope)))
         result = StepResult(
             step_size=applied, backtracks=backtracks, loss=f, new_loss=new_f,
             grad_norm=grad_norm,
@@ -434,16 +439,16 @@ class StochasticArmijo:
             for g, d in zip(grads, directions)
         ])
         restart = slope <= 0.0
-        directions = [tf.where(restart, g, d) for g, d in zip(grads, directions)]
-        averages = [tf.where(restart, (1.0 - mu) * g, m) for g, m in zip(grads, averages)]
-        steps = tf.where(restart, tf.constant(1.0, tf.float64), steps)
-        slope = tf.where(restart, grad_norm ** 2, slope)
+        directions = [_select(restart, g, d) for g, d in zip(grads, directions)]
+        averages = [_select(restart, (1.0 - mu) * g, m) for g, m in zip(grads, averages)]
+        steps = _select(restart, tf.constant(1.0, tf.float64), steps)
+        slope = _select(restart, grad_norm ** 2, slope)
         assignments += [
-            (slot, tf.where(searched, m, p))
+            (slot, _select(searched, m, p))
             for slot, m, p in zip(self._momentum_slots, averages, previous)
         ]
         assignments.append(
-            (self._momentum_steps, tf.where(searched, steps, self._momentum_steps)))
+            (self._momentum_steps, _select(searched, steps, self._momentum_steps)))
         return directions, slope
 
     def _reference(self, f, assignments):
@@ -456,8 +461,8 @@ class StochasticArmijo:
         weight = xi * self._reference_weight + 1.0
         average = (xi * self._reference_weight * self._reference_loss + f) / weight
         finite = tf.math.is_finite(f)
-        average = tf.where(finite, average, self._reference_loss)
-        weight = tf.where(finite, weight, self._reference_weight)
+        average = _select(finite, average, self._reference_loss)
+        weight = _select(finite, weight, self._reference_weight)
         assignments.append((self._reference_loss, average))
         assignments.append((self._reference_weight, weight))
         return tf.maximum(average, f)
