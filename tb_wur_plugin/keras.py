@@ -182,18 +182,23 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         # written yet, and the bound on `_step_bound` before which its rows must be read.
         self._line_search_from, self._line_search_due = 0, float("inf")
         self._warned_line_search = False
+        # steps_per_execution k > 1: the TensorFlow backend's capture in the train function,
+        # or (JAX) whether the callback runs Keras's executions one step at a time.
+        self._steps_per_execution = 1
+        self._capture = None
+        self._stepwise, self._original_function = False, None
 
     def on_train_begin(self, logs=None):
         if self._logger is not None:  # left open by an interrupted fit
             self._finish_interrupted()
         self._reset()
-        steps_per_execution = getattr(self.model, "steps_per_execution", 1)
-        if steps_per_execution != 1:
+        steps_per_execution = getattr(self.model, "steps_per_execution", 1) or 1
+        if steps_per_execution != 1 and keras.backend.backend() == "torch":
             raise ValueError(
-                "WeightUpdateRatioCallback needs model.compile(steps_per_execution=1), got "
-                f"{steps_per_execution}: Keras then runs several optimizer steps in one call, "
-                "so the change made by a single step cannot be observed. Use "
-                "wur_summary.watch around optimizer.apply in a custom train_step instead."
+                f"WeightUpdateRatioCallback: steps_per_execution={steps_per_execution} on "
+                "Keras's torch backend: its trainer runs one optimizer step per call and "
+                "refuses steps_per_execution > 1 (compile with steps_per_execution=1, or use "
+                "the tensorflow or jax backend)"
             )
         run_dir = os.path.join(self.log_dir, "train")
         run_claims.check(run_dir, self)  # before a file is opened
@@ -218,8 +223,15 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if self._logger.step_log is not None:
             self._line_search_from = self._step_bound
             self._line_search_due = self._step_bound + self._logger.step_log.capacity
+        if steps_per_execution != 1:
+            self._install_executions(backend, steps_per_execution)
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self._capture is not None:
+            self._collect_captured()
+            return
+        if self._stepwise:  # each step is seen by `_one_step`
+            return
         # The previous batch's update is applied by now, and this one's not yet.
         self._record_pending()
         if self._step_bound < min(self._next_logged, self._line_search_due):
@@ -245,14 +257,19 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._record_pending(at_batch_begin=False)
+        if self._capture is not None:
+            self._collect_captured(at_batch_begin=False)
         if self._logger.step_log is not None:
             self._write_line_search(self._read_step())
         self._logger.flush()
 
     def on_train_end(self, logs=None):
         self._record_pending(at_batch_begin=False)
+        if self._capture is not None:
+            self._collect_captured(at_batch_begin=False)
         if self._logger.step_log is not None:
             self._write_line_search(self._read_step())
+        self._uninstall_executions()
         self._logger.close()
         self._logger = None
         self._release()
@@ -274,9 +291,140 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             if self._logger.step_log is not None and self._logged_model is self.model:
                 self._write_line_search(min(self._read_step(), self._step_bound))
         finally:
+            self._uninstall_executions()
             self._logger.close()
             self._logger = None
             self._release()
+
+    def _install_executions(self, backend: Any, steps_per_execution: int) -> None:
+        """Set up the logging of a model compiled with `steps_per_execution` k > 1, in which
+        Keras runs k optimizer steps per call of its train function: on TensorFlow, the
+        logged steps' updates are captured inside that function (`ExecutionCapture`) and
+        collected at batch begins; on JAX, whose train function calls a jitted one-step
+        function k times from Python, the callback runs those k calls itself and sees each
+        step (`_one_step`). The train function checks that it is called by this `fit`, and
+        puts the model's own back otherwise (a `fit` ended by an exception).
+
+        Raises:
+          ValueError: the model is a `LineSearchModel`, whose step log needs
+            `steps_per_execution=1`.
+          NotImplementedError: (TensorFlow) the variables are under a `tf.distribute`
+            strategy.
+        """
+        try:
+            if self._logger.step_log is not None:
+                raise ValueError(
+                    f"WeightUpdateRatioCallback with a LineSearchModel needs "
+                    f"steps_per_execution=1, got {steps_per_execution}"
+                )
+            model = self.model
+            fit_frame = _fit_frame(model)
+            self._steps_per_execution = steps_per_execution
+            if keras.backend.backend() == "tensorflow":
+                watched = self._logger.watched(model)
+                if not watched:
+                    self._warn_no_weights(self._step_bound)
+                    return
+                capture = backend.ExecutionCapture(
+                    model, watched, self.update_freq, steps_per_execution
+                )
+                capture.install()
+                self._capture = capture
+                captured = model.train_function
+
+                def train_function(iterator):
+                    if sys._getframe(1) is fit_frame and self._capture is capture:
+                        return captured(iterator)
+                    capture.uninstall()  # left by a `fit` that raised
+                    model.make_train_function()
+                    return model.train_function(iterator)
+
+                model.train_function = train_function
+                return
+            original = model.train_function
+            one_step = backend.one_step_function(model)
+
+            def stepwise(state, iterator):
+                if sys._getframe(1) is not fit_frame or not self._stepwise:
+                    model.train_function = original  # left by a `fit` that raised
+                    return original(state, iterator)
+                logs, state = self._one_step(one_step, state, iterator)
+                for _ in range(steps_per_execution - 1):
+                    try:
+                        logs, state = self._one_step(one_step, state, iterator)
+                    except StopIteration:  # the epoch's data ran out
+                        break
+                return logs, state
+
+            model.train_function = stepwise
+            self._stepwise, self._original_function = True, original
+        except BaseException:
+            self._uninstall_executions()
+            self._logger.close()
+            self._logger = None
+            self._release()
+            raise
+
+    def _uninstall_executions(self) -> None:
+        """Give the model its own train function back (steps_per_execution > 1)."""
+        if self._capture is not None:
+            self._capture.uninstall()
+            self._capture = None
+        if self._stepwise:
+            self._stepwise = False
+            if self._logged_model is not None:
+                self._logged_model.train_function = self._original_function
+            self._original_function = None
+
+    def _collect_captured(self, at_batch_begin: bool = True) -> None:
+        """Write the logged steps that the TensorFlow train function captured since the last
+        collection, when one may have run: at a batch begin, when `_step_bound` (the
+        iterations after the last call, at most) is past `_next_logged`; always at an
+        epoch's end."""
+        if at_batch_begin and self._step_bound <= self._next_logged:
+            self._step_bound += self._steps_per_execution
+            return
+        for step, watched, before, rate in self._capture.collect():
+            if rate is not None:
+                self._logger.learning_rate(rate, step)
+            self._logger.record(watched, before, step)
+            self._next_logged = step + self.update_freq
+        if self._judgement.should_stop:
+            self.model.stop_training = True
+        step = self._read_step()
+        # every logged step before `step` has run, and was collected above
+        self._next_logged = max(self._next_logged, -(-step // self.update_freq) * self.update_freq)
+        self._step_bound = step + self._steps_per_execution if at_batch_begin else step
+
+    def _one_step(self, one_step: Callable, state: Any, iterator: Any) -> tuple[Any, Any]:
+        """Run one step of a JAX execution (`one_step(state, iterator)`, Keras's train
+        function for `steps_per_execution=1`) and, when it is a logged step, write its
+        ratios from the state before and after it."""
+        if self._step_bound < self._next_logged:
+            self._step_bound += 1
+            return one_step(state, iterator)
+        from tb_wur_plugin.keras_backends import array_backends
+
+        step = array_backends.state_step(self.model, state)
+        self._step_bound = step + 1
+        if step < self._next_logged or step % self.update_freq:
+            return one_step(state, iterator)
+        watched = self._logger.watched(self.model)
+        if not watched:
+            self._next_logged = step + self.update_freq
+            self._warn_no_weights(step)
+            return one_step(state, iterator)
+        before = self._logger.snapshot(watched, array_backends.state_values(self.model, watched, state))
+        rate = array_backends.state_learning_rate(self.model, state)
+        logs, state = one_step(state, iterator)
+        if rate is not None:
+            self._logger.learning_rate(rate, step)
+        self._logger.record(watched, before, step,
+                            array_backends.state_values(self.model, watched, state))
+        self._next_logged = step + self.update_freq
+        if self._judgement.should_stop:
+            self.model.stop_training = True
+        return logs, state
 
     def _write_line_search(self, end: int) -> None:
         """Write the line-search rows of the steps from `_line_search_from` to `end`."""

@@ -15,7 +15,12 @@ from helpers import (
     read_raw_events,
     reference_ratio,
 )
-from keras_helpers import OPTIMIZERS, ReferenceRatios, mixed_model_and_data
+from keras_helpers import (
+    OPTIMIZERS,
+    ReferenceRatios,
+    mixed_model_and_data,
+    record_every_step,
+)
 from tb_wur_plugin import metadata
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
 
@@ -165,11 +170,75 @@ def test_a_model_with_no_trainable_weights_warns_once_and_logs_no_ratio(logdir):
     assert ratio_series(os.path.join(logdir, "train")) == {}
 
 
-def test_steps_per_execution_above_one_is_refused(logdir):
+@pytest.mark.parametrize("every", [1, 2, 3, 4, 7])
+def test_steps_per_execution_logs_the_single_update_of_each_logged_step(logdir, every):
+    """steps_per_execution=3: Keras runs 3 steps per call (and per batch begin); each logged
+    step's ratios are those of its own update, against numpy on the weights copied inside
+    the train function around every step; every `every`-th step is logged, wherever it
+    falls in a call; the learning rate is the one of that step."""
     model, x, y = mixed_model_and_data()
-    model.compile(optimizer="adam", loss="mse", steps_per_execution=2)
-    with pytest.raises(ValueError, match="steps_per_execution=1"):
-        _fit(model, x, y, logdir, every=2)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=1, decay_rate=0.9)
+    model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse",
+                  steps_per_execution=3, jit_compile=False)
+    records = record_every_step(model)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=every, histograms=True)
+    # 16 samples / 2 = 8 steps per epoch, calls of 3, 3 and 2 steps; 24 steps in all
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 24 and sorted(records) == list(range(24))
+    logged_steps = list(range(0, 24, every))
+    expected = {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in logged_steps for path in records[step][0]
+    }
+    assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
+    events = read_events(os.path.join(logdir, "train"))
+    rates = {step: float(v) for step, v, _ in events[metadata.LEARNING_RATE_TAG]}
+    assert rates == pytest.approx({s: 0.05 * 0.9 ** s for s in logged_steps}, rel=1e-6)
+    for path in records[0][0]:
+        counts = {s: np.asarray(c).tolist() for s, c, _ in events[metadata.histogram_tag(path)]}
+        assert counts == {
+            step: _bucket_counts(records[step][0][path], records[step][1][path])
+            for step in logged_steps
+        }, path
+
+
+def _bucket_counts(before, after):
+    """numpy's histogram counts of the elementwise ratios |Δw / w| (0 where w did not move)."""
+    from tb_wur_plugin.arrays import numpy_math
+
+    delta = after - before  # in the variable's dtype, as on the device
+    with np.errstate(divide="ignore", invalid="ignore"):
+        elementwise = np.abs(np.where(delta == 0, 0, delta / before))
+    return numpy_math.bucket_counts(elementwise.astype(before.dtype)).tolist()
+
+
+def test_steps_per_execution_writes_what_one_step_per_execution_writes(tmp_path):
+    """The same training with steps_per_execution=1 and 4 writes the same logged steps in
+    the same layout: the same packed tags, chunks, metadata and histograms."""
+    runs = {}
+    for k in (1, 4):
+        model, x, y = mixed_model_and_data()
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=k)
+        logdir = str(tmp_path / f"spe{k}")
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+                  callbacks=[WeightUpdateRatioCallback(logdir, update_freq=3, histograms=True)])
+        runs[k] = read_raw_events(os.path.join(logdir, "train"))
+    assert sorted(runs[1]) == sorted(runs[4])
+    for tag, points in runs[1].items():
+        other = runs[4][tag]
+        assert [s for s, _, _ in points] == [s for s, _, _ in other] == [0, 3, 6], tag
+        assert [c for _, _, c in points] == [c for _, _, c in other], tag
+        for (_, a, _), (_, b, _) in zip(points, other):
+            assert np.asarray(a).shape == np.asarray(b).shape, tag
+
+
+def test_steps_per_execution_restores_the_models_train_step(logdir):
+    model, x, y = mixed_model_and_data()
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    _fit(model, x, y, logdir, every=2)
+    assert "train_step" not in model.__dict__ and model.train_function is None
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # no callback: Keras's own function
+    assert int(model.optimizer.iterations.numpy()) == 12
 
 
 @pytest.mark.parametrize(
