@@ -405,25 +405,26 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             return one_step(state, iterator)
         from tb_wur_plugin.keras_backends import array_backends
 
-        step = array_backends.state_step(self.model, state)
+        model = self._logged_model  # not `self.model`, which would sync the donated state
+        step = array_backends.state_step(model, state)
         self._step_bound = step + 1
         if step < self._next_logged or step % self.update_freq:
             return one_step(state, iterator)
-        watched = self._logger.watched(self.model)
+        watched = self._logger.watched(model)
         if not watched:
             self._next_logged = step + self.update_freq
             self._warn_no_weights(step)
             return one_step(state, iterator)
-        before = self._logger.snapshot(watched, array_backends.state_values(self.model, watched, state))
-        rate = array_backends.state_learning_rate(self.model, state)
+        before = self._logger.snapshot(watched, array_backends.state_values(model, watched, state))
+        rate = array_backends.state_learning_rate(model, state)
         logs, state = one_step(state, iterator)
         if rate is not None:
             self._logger.learning_rate(rate, step)
         self._logger.record(watched, before, step,
-                            array_backends.state_values(self.model, watched, state))
+                            array_backends.state_values(model, watched, state))
         self._next_logged = step + self.update_freq
         if self._judgement.should_stop:
-            self.model.stop_training = True
+            model.stop_training = True
         return logs, state
 
     def _write_line_search(self, end: int) -> None:
@@ -471,7 +472,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if self._warned_no_weights:
             return
         self._warned_no_weights = True
-        if getattr(self.model, "built", False):  # built: it has all the weights it gets
+        if getattr(self._logged_model, "built", False):  # built: it has all the weights it gets
             warnings.warn(
                 f"WeightUpdateRatioCallback: the model has no trainable weights (all its "
                 f"layers are frozen, trainable=False, or none has weights), so no ratio is "
