@@ -357,7 +357,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 return logs, state
 
             model.train_function = stepwise
-            self._stepwise, self._original_function = True, original
+            self._stepwise, self._original_function = True, (stepwise, original)
         except BaseException:
             self._uninstall_executions()
             self._logger.close()
@@ -372,8 +372,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             self._capture = None
         if self._stepwise:
             self._stepwise = False
-            if self._logged_model is not None:
-                self._logged_model.train_function = self._original_function
+            stepwise, original = self._original_function
+            if self._logged_model.train_function is stepwise:  # not made again since
+                self._logged_model.train_function = original
             self._original_function = None
 
     def _collect_captured(self, at_batch_begin: bool = True) -> None:

@@ -216,6 +216,17 @@ def test_jax_steps_per_execution_logs_the_single_update_of_each_logged_step(
     assert rates == pytest.approx({s: 0.05 * 0.9 ** s for s in logged_steps}, rel=1e-6)
 
 
+def test_jax_steps_per_execution_fit_that_raised_leaves_keras_its_own_function(
+    steps_per_execution
+):
+    """A fit with the callback raises after its first execution (steps 0-2), leaving the
+    callback's train function on the model; the next fit, without the callback, runs
+    Keras's own and leaves it there."""
+    _, results = steps_per_execution["jax"]
+    assert results["interrupted"] == {"left": "stepwise", "after": "iterator_step",
+                                      "iterations": 7}
+
+
 def test_torch_steps_per_execution_above_one_is_refused(steps_per_execution):
     """Keras's torch trainer refuses steps_per_execution > 1 when it makes its train
     function; set on a model whose function is made, the callback refuses it at fit's

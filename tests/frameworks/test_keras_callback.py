@@ -170,8 +170,11 @@ def test_a_model_with_no_trainable_weights_warns_once_and_logs_no_ratio(logdir):
     assert ratio_series(os.path.join(logdir, "train")) == {}
 
 
-@pytest.mark.parametrize("every", [1, 2, 3, 4, 7])
-def test_steps_per_execution_logs_the_single_update_of_each_logged_step(logdir, every):
+@pytest.mark.parametrize("every,run_eagerly", [
+    (1, False), (2, False), (3, False), (4, False), (7, False), (2, True)])
+def test_steps_per_execution_logs_the_single_update_of_each_logged_step(
+    logdir, every, run_eagerly
+):
     """steps_per_execution=3: Keras runs 3 steps per call (and per batch begin); each logged
     step's ratios are those of its own update, against numpy on the weights copied inside
     the train function around every step; every `every`-th step is logged, wherever it
@@ -179,7 +182,7 @@ def test_steps_per_execution_logs_the_single_update_of_each_logged_step(logdir, 
     model, x, y = mixed_model_and_data()
     schedule = keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=1, decay_rate=0.9)
     model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse",
-                  steps_per_execution=3, jit_compile=False)
+                  steps_per_execution=3, jit_compile=False, run_eagerly=run_eagerly)
     records = record_every_step(model)
     callback = WeightUpdateRatioCallback(logdir, update_freq=every, histograms=True)
     # 16 samples / 2 = 8 steps per epoch, calls of 3, 3 and 2 steps; 24 steps in all
@@ -638,6 +641,55 @@ def test_stop_on_ends_fit_after_the_fire_step_with_the_reports_flags(
     assert len(told) == 2 and all(
         m.startswith(f"WUR step {fire_step}: dead_input/hidden/kernel: not moving") for m in told)
     assert told[1].endswith("(spectral ratios)")
+
+
+def test_stop_on_with_steps_per_execution_ends_fit_after_the_next_execution(logdir):
+    """steps_per_execution=4 (calls of steps 0-3, 4-7, 8-11, 12-15 in an epoch): the step
+    that fires (10) is read at the next call's begin, and `fit` ends at that call's end."""
+    model, x, y = _dead_input_model_and_data(6)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=4)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1, stop_on={"not_moving"})
+    model.fit(x, y, batch_size=4, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 16
+    assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
+        ("dead_input/hidden/kernel", "not_moving", 6, 10)]
+    assert set(ratio_series(os.path.join(logdir, "train"))["dead_input/hidden/kernel"]) == set(
+        range(16))
+
+
+class RaiseAtBatch(keras.callbacks.Callback):
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch >= self.batch:
+            raise RuntimeError("stop here")
+
+
+def test_a_fit_with_steps_per_execution_that_raised_leaves_the_model_its_own_step(logdir):
+    """A `fit` that raises leaves the callback's train step on the model: the next `fit`
+    without the callback puts Keras's own back; the callback's next `fit` logs its steps."""
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2)
+    with pytest.raises(RuntimeError, match="stop here"):  # after the call of steps 0-2
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False,
+                  callbacks=[callback, RaiseAtBatch(3)])
+    assert "train_step" in model.__dict__
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)  # steps 3 to 6
+    assert "train_step" not in model.__dict__
+    assert int(model.optimizer.iterations.numpy()) == 7
+    records = record_every_step(model)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    assert sorted(records) == list(range(7, 11))
+    expected = {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in (8, 10) for path in records[step][0]
+    }
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 2, 8, 10}
+    assert_ratios_close({k: v for k, v in logged.items() if k[1] >= 8}, expected, rtol=5e-7)
 
 
 def test_without_stop_on_the_flags_fire_and_fit_runs_to_its_end(logdir):

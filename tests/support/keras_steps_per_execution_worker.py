@@ -106,7 +106,32 @@ def _jax(logdir: str) -> dict:
             "train_step_restored": model.train_function is not None
             and model.train_function.__name__ != "stepwise",
         }
+    results["interrupted"] = _interrupted(keras, np, os.path.join(logdir, "interrupted"))
     return results
+
+
+def _interrupted(keras, np, logdir: str) -> dict:
+    """A fit with the callback that raises after its first execution, then a fit without:
+    the train function each runs, the steps made and the steps logged."""
+    from tb_wur_plugin.keras import WeightUpdateRatioCallback
+
+    class RaiseAtBatch(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch >= 3:
+                raise RuntimeError("stop here")
+
+    x, y = _data(np)
+    model = _model(keras)
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2)
+    try:
+        model.fit(x, y, batch_size=4, verbose=0, callbacks=[callback, RaiseAtBatch()])
+    except RuntimeError:
+        pass
+    left = model.train_function.__name__
+    model.fit(x, y, batch_size=4, verbose=0)
+    return {"left": left, "after": model.train_function.__name__,
+            "iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations))}
 
 
 def _torch(logdir: str) -> dict:
