@@ -47,6 +47,17 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     silence. Under `MultiWorkerMirroredStrategy` only the chief writes. Each `fit` starts
     afresh.
 
+    `steps_per_execution` k > 1 (TensorFlow and JAX; Keras's PyTorch backend refuses it):
+    each logged step's ratios are still those of its own update. On TensorFlow the model's
+    `train_step` is wrapped for the `fit` (and its train function traced again): at a
+    logged step it copies the trainable variables before and after the update into
+    non-trainable variables (ceil(k / `update_freq`) pairs of copies of the weights), which
+    the callback writes at the next batch begin; other steps cost one comparison in the
+    graph. On JAX the callback runs each execution's k steps one call of Keras's jitted
+    step at a time, as Keras itself does, and writes a logged step from the state before
+    and after its own call. The written run is the same as with k = 1. Not under a
+    `tf.distribute` strategy, nor with a `LineSearchModel`.
+
     Acting while training: each logged step is judged as it is written, by the judgement of
     `tb-wur report` (with the same `patience`, `low` and `high`) on the steps logged so far
     in this `fit`: each flag that fires (a `tb_wur_plugin.Flag`) is logged once through the
@@ -56,7 +67,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     the next batch (the callback has no batch-end hook, so that Keras keeps dispatching
     batch ends asynchronously), so the flag fires there and `fit` ends at the end of that
     batch, step S + 1 (S + 2 updates made in all); when step S is the last batch of an
-    epoch, its ratios are read at the epoch's end and `fit` ends there (S + 1 updates). Under
+    epoch, its ratios are read at the epoch's end and `fit` ends there (S + 1 updates).
+    With `steps_per_execution` k > 1 a batch is an execution of k steps: on TensorFlow, the
+    flag fires at the next execution's begin and `fit` ends at that execution's end; on
+    JAX it fires at step S, and the execution holding S makes no further step. Under
     `MultiWorkerMirroredStrategy` every worker computes and judges the same ratios (only the
     chief writes them), so every worker fires the same flags and stops at the same step.
 
@@ -112,13 +126,14 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         callable).
       ValueError: `update_freq`, `flush_millis` or `patience` is below 1, `stop_on` names
         an unknown reason, or the band is not valid; at the start of `fit`, a
-        model compiled with `steps_per_execution` other than 1, or a variable path in the
-        plugin's reserved namespace (`_wur/`).
+        `steps_per_execution` other than 1 on the PyTorch backend or with a
+        `LineSearchModel`, or a variable path in the plugin's reserved namespace (`_wur/`).
       RuntimeError: at the start of `fit`, another active `WeightUpdateRatioCallback` (in
         this `fit` or another one running) or PyTorch `watch` handle of this process writes
         `log_dir/train`.
       NotImplementedError: at the start of `fit`, a Keras backend other than TensorFlow,
-        JAX and PyTorch, or (TensorFlow) a `ParameterServerStrategy`.
+        JAX and PyTorch, (TensorFlow) a `ParameterServerStrategy`, or `steps_per_execution`
+        other than 1 under a `tf.distribute` strategy.
 
     Example:
       >>> callback = WeightUpdateRatioCallback("logs/run1", update_freq=100)
@@ -350,6 +365,8 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                     return original(state, iterator)
                 logs, state = self._one_step(one_step, state, iterator)
                 for _ in range(steps_per_execution - 1):
+                    if model.stop_training:  # a flag in `stop_on` fired: no further step
+                        break
                     try:
                         logs, state = self._one_step(one_step, state, iterator)
                     except StopIteration:  # the epoch's data ran out

@@ -227,6 +227,15 @@ def test_jax_steps_per_execution_fit_that_raised_leaves_keras_its_own_function(
                                       "iterations": 7}
 
 
+def test_jax_steps_per_execution_stop_on_ends_fit_at_the_step_that_fires(steps_per_execution):
+    """A NaN batch at step 4, in the execution of steps 3-5: the flags fire at step 4 and
+    that execution makes no further step. (The first layer's bias stays finite: relu's
+    gradient is 0 at a NaN input.)"""
+    _, results = steps_per_execution["jax"]
+    assert results["stopped"] == {"iterations": 5, "flags": [
+        [tag, "nan", 4] for tag in ("net/first/kernel", "net/head/bias", "net/head/kernel")]}
+
+
 def test_torch_steps_per_execution_above_one_is_refused(steps_per_execution):
     """Keras's torch trainer refuses steps_per_execution > 1 when it makes its train
     function; set on a model whose function is made, the callback refuses it at fit's

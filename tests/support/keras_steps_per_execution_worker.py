@@ -21,6 +21,7 @@ import sys
 
 EVERY = (1, 2, 3, 4, 7)
 STEPS_PER_EXECUTION = 3
+NAN_STEP = 4
 
 
 def _model(keras):
@@ -107,7 +108,24 @@ def _jax(logdir: str) -> dict:
             and model.train_function.__name__ != "stepwise",
         }
     results["interrupted"] = _interrupted(keras, np, os.path.join(logdir, "interrupted"))
+    results["stopped"] = _stopped(keras, np, os.path.join(logdir, "stopped"))
     return results
+
+
+def _stopped(keras, np, logdir: str) -> dict:
+    """A fit with stop_on={"nan"} whose batch of step NAN_STEP (in the execution of steps 3
+    to 5) is NaN: the steps made and the flags."""
+    from tb_wur_plugin.keras import WeightUpdateRatioCallback
+
+    x, y = _data(np)
+    x[2 * NAN_STEP:2 * (NAN_STEP + 1)] = np.nan
+    model = _model(keras)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse",
+                  steps_per_execution=STEPS_PER_EXECUTION)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1, stop_on={"nan"})
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, shuffle=False, callbacks=[callback])
+    return {"iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+            "flags": sorted((f.tag, f.reason, f.step) for f in callback.flags)}
 
 
 def _interrupted(keras, np, logdir: str) -> dict:
