@@ -49,11 +49,12 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
 
     `steps_per_execution` k > 1 (TensorFlow and JAX; Keras's PyTorch backend refuses it):
     each logged step's ratios are still those of its own update. On TensorFlow the model's
-    `train_step` is wrapped for the `fit` (and its train function traced again): at a
-    logged step it copies the trainable variables before and after the update into
-    non-trainable variables (ceil(k / `update_freq`) pairs of copies of the weights), which
-    the callback writes at the next batch begin; other steps cost one comparison in the
-    graph. On JAX the callback runs each execution's k steps one call of Keras's jitted
+    `train_step` is wrapped (and its train function traced again): at a logged step it
+    copies the trainable variables before and after the update into non-trainable
+    variables (ceil(k / `update_freq`) pairs of copies of the weights), which the callback
+    writes at the next batch begin; other steps cost one comparison in the graph. The
+    wrapped step stays for the callback's next `fit` of the model; a call of the train
+    function from anything else gives the model its own step back. On JAX the callback runs each execution's k steps one call of Keras's jitted
     step at a time, as Keras itself does, and writes a logged step from the state before
     and after its own call. The written run is the same as with k = 1. Not under a
     `tf.distribute` strategy, nor with a `LineSearchModel`.
@@ -182,6 +183,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._logged_model = None
         self._claim = None  # `log_dir/train`'s key in `run_claims` during a fit
         self._fit_frame = None  # the frame of that `fit` (the claim lasts while it runs)
+        # steps_per_execution > 1 on TensorFlow: the frame of the `fit` the capture serves,
+        # and the capture installed on a model with its train function, kept across fits
+        self._fit_frames = None
+        self._kept_capture = None
         self._reset()
 
     def _reset(self) -> None:
@@ -340,21 +345,35 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 if not watched:
                     self._warn_no_weights(self._step_bound)
                     return
+                self._fit_frames = fit_frame
+                kept = self._kept_capture
+                if kept is not None and kept[1] is model.train_function and kept[0].serves(
+                    model, watched, self.update_freq, steps_per_execution
+                ):
+                    kept[0].restart()  # the function traced for an earlier `fit`
+                    self._capture = kept[0]
+                    return
+                if kept is not None:
+                    kept[0].uninstall()
+                    self._kept_capture = None
                 capture = backend.ExecutionCapture(
                     model, watched, self.update_freq, steps_per_execution
                 )
                 capture.install()
-                self._capture = capture
                 captured = model.train_function
 
                 def train_function(iterator):
-                    if sys._getframe(1) is fit_frame and self._capture is capture:
+                    if sys._getframe(1) is self._fit_frames and self._capture is capture:
                         return captured(iterator)
-                    capture.uninstall()  # left by a `fit` that raised
+                    # called by a `fit` without the callback (or `train_on_batch`)
+                    capture.uninstall()
+                    if self._kept_capture is not None and self._kept_capture[0] is capture:
+                        self._kept_capture = None
                     model.make_train_function()
                     return model.train_function(iterator)
 
                 model.train_function = train_function
+                self._capture, self._kept_capture = capture, (capture, train_function)
                 return
             original = model.train_function
             one_step = backend.one_step_function(model)
@@ -384,9 +403,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
 
     def _uninstall_executions(self) -> None:
         """Give the model its own train function back (steps_per_execution > 1)."""
-        if self._capture is not None:
-            self._capture.uninstall()
-            self._capture = None
+        # (TensorFlow: the wrapped step and its function stay for the callback's next `fit`,
+        # until something else calls that function)
+        self._capture = None
         if self._stepwise:
             self._stepwise = False
             stepwise, original = self._original_function

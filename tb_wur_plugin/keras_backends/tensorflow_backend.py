@@ -148,8 +148,10 @@ class ExecutionCapture:
                 "tf.distribute strategies: compile with steps_per_execution=1 under a strategy"
             )
         self._model = model
+        self._optimizer = model.optimizer
         self._watched = watched
         self._every = every
+        self._steps_per_execution = steps_per_execution
         self._slots = -(-steps_per_execution // every)
         rate = _learning_rate_tensor(model.optimizer)
         with tf.init_scope():
@@ -175,6 +177,25 @@ class ExecutionCapture:
         self._original = model.__dict__.get("train_step", _UNSET)
         model.train_step = self._wrapped(model.train_step)
         model.make_train_function(force=True)
+
+    def serves(self, model: Any, watched: list, every: int, steps_per_execution: int) -> bool:
+        """Whether this capture, installed, serves a `fit` of `model` with these settings:
+        the same model, optimizer, watched variables (and tags), `every` and
+        `steps_per_execution`."""
+        return (
+            self._original is not None and model is self._model
+            and model.optimizer is self._optimizer and every == self._every
+            and steps_per_execution == self._steps_per_execution
+            and len(watched) == len(self._watched)
+            and all(a.tag == b.tag and a.variable is b.variable
+                    for a, b in zip(watched, self._watched))
+        )
+
+    def restart(self) -> None:
+        """Free the slots and forget the last step captured (a `fit` starts afresh; its
+        optimizer's steps may have been set back)."""
+        self._count.assign(0)
+        self._last.assign(-1)
 
     def uninstall(self) -> None:
         """Give the model its own `train_step` back; its next `fit` makes its train function

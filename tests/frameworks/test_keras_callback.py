@@ -235,13 +235,28 @@ def test_steps_per_execution_writes_what_one_step_per_execution_writes(tmp_path)
             assert np.asarray(a).shape == np.asarray(b).shape, tag
 
 
-def test_steps_per_execution_restores_the_models_train_step(logdir):
-    model, x, y = mixed_model_and_data()
-    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
-    _fit(model, x, y, logdir, every=2)
-    assert "train_step" not in model.__dict__ and model.train_function is None
+def test_steps_per_execution_fits_reuse_the_traced_function_until_another_fit(logdir):
+    """The callback's next `fit` of the model runs the function traced for its first (no
+    new trace) and logs its own steps; a `fit` without the callback gets Keras's own."""
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2)
+    records = record_every_step(model)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    function = model.train_function
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    assert model.train_function is function and sorted(records) == list(range(8))
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 2, 4, 6}
+    assert_ratios_close(logged, {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in (0, 2, 4, 6) for path in records[step][0]
+    }, rtol=5e-7)
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # no callback: Keras's own function
-    assert int(model.optimizer.iterations.numpy()) == 12
+    assert model.train_function is not function
+    assert model.__dict__["train_step"].__name__ == "train_step"  # the reference's own
+    assert sorted(records) == list(range(12))
+    assert {step for _, step in _logged(logdir)} == {0, 2, 4, 6}
 
 
 @pytest.mark.parametrize(
