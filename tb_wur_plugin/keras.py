@@ -47,6 +47,18 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     silence. Under `MultiWorkerMirroredStrategy` only the chief writes. Each `fit` starts
     afresh.
 
+    `steps_per_execution` k > 1 (TensorFlow and JAX; Keras's PyTorch backend refuses it):
+    each logged step's ratios are still those of its own update. On TensorFlow the model's
+    `train_step` is wrapped (and its train function traced again): at a logged step it
+    copies the trainable variables before and after the update into non-trainable
+    variables (ceil(k / `update_freq`) pairs of copies of the weights), which the callback
+    writes at the next batch begin; other steps cost one comparison in the graph. The
+    wrapped step stays for the callback's next `fit` of the model; a call of the train
+    function from anything else gives the model its own step back. On JAX the callback runs each execution's k steps one call of Keras's jitted
+    step at a time, as Keras itself does, and writes a logged step from the state before
+    and after its own call. The written run is the same as with k = 1. Not under a
+    `tf.distribute` strategy, nor with a `LineSearchModel`.
+
     Acting while training: each logged step is judged as it is written, by the judgement of
     `tb-wur report` (with the same `patience`, `low` and `high`) on the steps logged so far
     in this `fit`: each flag that fires (a `tb_wur_plugin.Flag`) is logged once through the
@@ -56,7 +68,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     the next batch (the callback has no batch-end hook, so that Keras keeps dispatching
     batch ends asynchronously), so the flag fires there and `fit` ends at the end of that
     batch, step S + 1 (S + 2 updates made in all); when step S is the last batch of an
-    epoch, its ratios are read at the epoch's end and `fit` ends there (S + 1 updates). Under
+    epoch, its ratios are read at the epoch's end and `fit` ends there (S + 1 updates).
+    With `steps_per_execution` k > 1 a batch is an execution of k steps: on TensorFlow, the
+    flag fires at the next execution's begin and `fit` ends at that execution's end; on
+    JAX it fires at step S, and the execution holding S makes no further step. Under
     `MultiWorkerMirroredStrategy` every worker computes and judges the same ratios (only the
     chief writes them), so every worker fires the same flags and stops at the same step.
 
@@ -112,13 +127,14 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         callable).
       ValueError: `update_freq`, `flush_millis` or `patience` is below 1, `stop_on` names
         an unknown reason, or the band is not valid; at the start of `fit`, a
-        model compiled with `steps_per_execution` other than 1, or a variable path in the
-        plugin's reserved namespace (`_wur/`).
+        `steps_per_execution` other than 1 on the PyTorch backend or with a
+        `LineSearchModel`, or a variable path in the plugin's reserved namespace (`_wur/`).
       RuntimeError: at the start of `fit`, another active `WeightUpdateRatioCallback` (in
         this `fit` or another one running) or PyTorch `watch` handle of this process writes
         `log_dir/train`.
       NotImplementedError: at the start of `fit`, a Keras backend other than TensorFlow,
-        JAX and PyTorch, or (TensorFlow) a `ParameterServerStrategy`.
+        JAX and PyTorch, (TensorFlow) a `ParameterServerStrategy`, or `steps_per_execution`
+        other than 1 under a `tf.distribute` strategy.
 
     Example:
       >>> callback = WeightUpdateRatioCallback("logs/run1", update_freq=100)
@@ -167,6 +183,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._logged_model = None
         self._claim = None  # `log_dir/train`'s key in `run_claims` during a fit
         self._fit_frame = None  # the frame of that `fit` (the claim lasts while it runs)
+        # steps_per_execution > 1 on TensorFlow: the frame of the `fit` the capture serves,
+        # and the capture installed on a model with its train function, kept across fits
+        self._fit_frames = None
+        self._kept_capture = None
         self._reset()
 
     def _reset(self) -> None:
@@ -182,18 +202,23 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         # written yet, and the bound on `_step_bound` before which its rows must be read.
         self._line_search_from, self._line_search_due = 0, float("inf")
         self._warned_line_search = False
+        # steps_per_execution k > 1: the TensorFlow backend's capture in the train function,
+        # or (JAX) whether the callback runs Keras's executions one step at a time.
+        self._steps_per_execution = 1
+        self._capture = None
+        self._stepwise, self._original_function = False, None
 
     def on_train_begin(self, logs=None):
         if self._logger is not None:  # left open by an interrupted fit
             self._finish_interrupted()
         self._reset()
-        steps_per_execution = getattr(self.model, "steps_per_execution", 1)
-        if steps_per_execution != 1:
+        steps_per_execution = getattr(self.model, "steps_per_execution", 1) or 1
+        if steps_per_execution != 1 and keras.backend.backend() == "torch":
             raise ValueError(
-                "WeightUpdateRatioCallback needs model.compile(steps_per_execution=1), got "
-                f"{steps_per_execution}: Keras then runs several optimizer steps in one call, "
-                "so the change made by a single step cannot be observed. Use "
-                "wur_summary.watch around optimizer.apply in a custom train_step instead."
+                f"WeightUpdateRatioCallback: steps_per_execution={steps_per_execution} on "
+                "Keras's torch backend: its trainer runs one optimizer step per call and "
+                "refuses steps_per_execution > 1 (compile with steps_per_execution=1, or use "
+                "the tensorflow or jax backend)"
             )
         run_dir = os.path.join(self.log_dir, "train")
         run_claims.check(run_dir, self)  # before a file is opened
@@ -218,8 +243,15 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if self._logger.step_log is not None:
             self._line_search_from = self._step_bound
             self._line_search_due = self._step_bound + self._logger.step_log.capacity
+        if steps_per_execution != 1:
+            self._install_executions(backend, steps_per_execution)
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self._capture is not None:
+            self._collect_captured()
+            return
+        if self._stepwise:  # each step is seen by `_one_step`
+            return
         # The previous batch's update is applied by now, and this one's not yet.
         self._record_pending()
         if self._step_bound < min(self._next_logged, self._line_search_due):
@@ -245,14 +277,19 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._record_pending(at_batch_begin=False)
+        if self._capture is not None:
+            self._collect_captured(at_batch_begin=False)
         if self._logger.step_log is not None:
             self._write_line_search(self._read_step())
         self._logger.flush()
 
     def on_train_end(self, logs=None):
         self._record_pending(at_batch_begin=False)
+        if self._capture is not None:
+            self._collect_captured(at_batch_begin=False)
         if self._logger.step_log is not None:
             self._write_line_search(self._read_step())
+        self._uninstall_executions()
         self._logger.close()
         self._logger = None
         self._release()
@@ -274,9 +311,158 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             if self._logger.step_log is not None and self._logged_model is self.model:
                 self._write_line_search(min(self._read_step(), self._step_bound))
         finally:
+            self._uninstall_executions()
             self._logger.close()
             self._logger = None
             self._release()
+
+    def _install_executions(self, backend: Any, steps_per_execution: int) -> None:
+        """Set up the logging of a model compiled with `steps_per_execution` k > 1, in which
+        Keras runs k optimizer steps per call of its train function: on TensorFlow, the
+        logged steps' updates are captured inside that function (`ExecutionCapture`) and
+        collected at batch begins; on JAX, whose train function calls a jitted one-step
+        function k times from Python, the callback runs those k calls itself and sees each
+        step (`_one_step`). The train function checks that it is called by this `fit`, and
+        puts the model's own back otherwise (a `fit` ended by an exception).
+
+        Raises:
+          ValueError: the model is a `LineSearchModel`, whose step log needs
+            `steps_per_execution=1`.
+          NotImplementedError: (TensorFlow) the variables are under a `tf.distribute`
+            strategy.
+        """
+        try:
+            if self._logger.step_log is not None:
+                raise ValueError(
+                    f"WeightUpdateRatioCallback with a LineSearchModel needs "
+                    f"steps_per_execution=1, got {steps_per_execution}"
+                )
+            model = self.model
+            fit_frame = _fit_frame(model)
+            self._steps_per_execution = steps_per_execution
+            if keras.backend.backend() == "tensorflow":
+                watched = self._logger.watched(model)
+                if not watched:
+                    self._warn_no_weights(self._step_bound)
+                    return
+                self._fit_frames = fit_frame
+                kept = self._kept_capture
+                if kept is not None and kept[1] is model.train_function and kept[0].serves(
+                    model, watched, self.update_freq, steps_per_execution
+                ):
+                    kept[0].restart()  # the function traced for an earlier `fit`
+                    self._capture = kept[0]
+                    return
+                if kept is not None:
+                    kept[0].uninstall()
+                    self._kept_capture = None
+                capture = backend.ExecutionCapture(
+                    model, watched, self.update_freq, steps_per_execution
+                )
+                capture.install()
+                captured = model.train_function
+
+                def train_function(iterator):
+                    if sys._getframe(1) is self._fit_frames and self._capture is capture:
+                        return captured(iterator)
+                    # called by a `fit` without the callback (or `train_on_batch`)
+                    capture.uninstall()
+                    if self._kept_capture is not None and self._kept_capture[0] is capture:
+                        self._kept_capture = None
+                    model.make_train_function()
+                    return model.train_function(iterator)
+
+                model.train_function = train_function
+                self._capture, self._kept_capture = capture, (capture, train_function)
+                return
+            original = model.train_function
+            one_step = backend.one_step_function(model)
+
+            def stepwise(state, iterator):
+                if sys._getframe(1) is not fit_frame or not self._stepwise:
+                    model.train_function = original  # left by a `fit` that raised
+                    return original(state, iterator)
+                logs, state = self._one_step(one_step, state, iterator)
+                for _ in range(steps_per_execution - 1):
+                    if model.stop_training:  # a flag in `stop_on` fired: no further step
+                        break
+                    try:
+                        logs, state = self._one_step(one_step, state, iterator)
+                    except StopIteration:  # the epoch's data ran out
+                        break
+                return logs, state
+
+            model.train_function = stepwise
+            self._stepwise, self._original_function = True, (stepwise, original)
+        except BaseException:
+            self._uninstall_executions()
+            self._logger.close()
+            self._logger = None
+            self._release()
+            raise
+
+    def _uninstall_executions(self) -> None:
+        """Give the model its own train function back (steps_per_execution > 1)."""
+        # (TensorFlow: the wrapped step and its function stay for the callback's next `fit`,
+        # until something else calls that function)
+        self._capture = None
+        if self._stepwise:
+            self._stepwise = False
+            stepwise, original = self._original_function
+            if self._logged_model.train_function is stepwise:  # not made again since
+                self._logged_model.train_function = original
+            self._original_function = None
+
+    def _collect_captured(self, at_batch_begin: bool = True) -> None:
+        """Write the logged steps that the TensorFlow train function captured since the last
+        collection, when one may have run: at a batch begin, when `_step_bound` (the
+        iterations after the last call, at most) is past `_next_logged`; always at an
+        epoch's end."""
+        if at_batch_begin and self._step_bound <= self._next_logged:
+            self._step_bound += self._steps_per_execution
+            return
+        for step, watched, before, rate in self._capture.collect():
+            if rate is not None:
+                self._logger.learning_rate(rate, step)
+            self._logger.record(watched, before, step)
+            self._next_logged = step + self.update_freq
+        if self._judgement.should_stop:
+            self.model.stop_training = True
+        step = self._read_step()
+        # every logged step before `step` has run, and was collected above
+        self._next_logged = max(self._next_logged, -(-step // self.update_freq) * self.update_freq)
+        self._step_bound = step + self._steps_per_execution if at_batch_begin else step
+
+    def _one_step(self, one_step: Callable, state: Any, iterator: Any) -> tuple[Any, Any]:
+        """Run one step of a JAX execution (`one_step(state, iterator)`, Keras's train
+        function for `steps_per_execution=1`) and, when it is a logged step, write its
+        ratios from the state before and after it."""
+        if self._step_bound < self._next_logged:
+            self._step_bound += 1
+            return one_step(state, iterator)
+        from tb_wur_plugin.keras_backends import array_backends
+
+        model = self._logged_model  # not `self.model`, which would sync the donated state
+        step = array_backends.state_step(model, state)
+        self._step_bound = step + 1
+        if step < self._next_logged or step % self.update_freq:
+            return one_step(state, iterator)
+        watched = self._logger.watched(model)
+        if not watched:
+            self._next_logged = step + self.update_freq
+            self._warn_no_weights(step)
+            return one_step(state, iterator)
+        before = self._logger.snapshot(watched, array_backends.state_values(model, watched, state))
+        rate = array_backends.state_learning_rate(model, state)
+        logs, state = one_step(state, iterator)
+        if rate is not None:
+            self._logger.learning_rate(rate, step)
+        self._logger.record(watched, before, step,
+                            array_backends.state_values(model, watched, state))
+        self._next_logged = step + self.update_freq
+        if self._judgement.should_stop:
+            model.stop_training = True
+        return logs, state
 
     def _write_line_search(self, end: int) -> None:
         """Write the line-search rows of the steps from `_line_search_from` to `end`."""
@@ -323,7 +509,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         if self._warned_no_weights:
             return
         self._warned_no_weights = True
-        if getattr(self.model, "built", False):  # built: it has all the weights it gets
+        if getattr(self._logged_model, "built", False):  # built: it has all the weights it gets
             warnings.warn(
                 f"WeightUpdateRatioCallback: the model has no trainable weights (all its "
                 f"layers are frozen, trainable=False, or none has weights), so no ratio is "

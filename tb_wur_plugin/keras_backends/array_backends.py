@@ -68,19 +68,28 @@ class Logger:
         tags = unique_tags(path for path, _ in kept)
         return [Watched(tag, v) for tag, (_, v) in zip(tags, kept)]
 
-    def snapshot(self, watched: list[Watched]) -> list[Any]:
-        """Copies of the variables' values on their device (the JAX trainer donates the
-        arrays it trains with; PyTorch's optimizers update in place)."""
+    def snapshot(self, watched: list[Watched], values: list[Any] | None = None) -> list[Any]:
+        """Copies of the variables' values (or of `values`, theirs in a JAX trainer's state)
+        on their device (the JAX trainer donates the arrays it trains with; PyTorch's
+        optimizers update in place)."""
         if self._backend == "jax":
-            return _jax_copies([w.variable.value for w in watched])
+            return _jax_copies(
+                [w.variable.value for w in watched] if values is None else values
+            )
         return [w.variable.value.detach().clone() for w in watched]
 
     def learning_rate(self, rate: float, step: int) -> None:
         self._writer.add_learning_rate(rate, step)
         self._flushed()
 
-    def record(self, watched: list[Watched], before: list[Any], step: int) -> None:
-        after = [w.variable.value for w in watched]
+    def record(
+        self, watched: list[Watched], before: list[Any], step: int,
+        after: list[Any] | None = None,
+    ) -> None:
+        """Write the ratios of the change of `watched` from `before` to their values now (or
+        to `after`, theirs in a JAX trainer's state) at `step`; the writer judges them."""
+        if after is None:
+            after = [w.variable.value for w in watched]
         if self._backend == "jax":
             updates = _jax_differences(before, after)
             ratios, counts = _jax_ratios(before, updates, self._histograms)
@@ -129,6 +138,50 @@ def _path(v: Any) -> str:
 
 
 # --- JAX -------------------------------------------------------------------------------------
+
+
+def one_step_function(model: Any) -> Any:
+    """Keras's JAX train function for `steps_per_execution=1` of `model` (compiled with more),
+    `(state, iterator) -> (logs, state)`: one step, one call of the jitted train step."""
+    steps_per_execution, function = model.steps_per_execution, model.train_function
+    try:
+        model.steps_per_execution = 1
+        model.make_train_function(force=True)
+        return model.train_function
+    finally:
+        model.steps_per_execution, model.train_function = steps_per_execution, function
+
+
+def state_step(model: Any, state: tuple) -> int:
+    """`optimizer.iterations` as held in a JAX trainer's `state` (trainable, non-trainable,
+    optimizer, metrics variables)."""
+    optimizer = model.optimizer
+    index = _position(optimizer.variables, optimizer.iterations)
+    return int(np.asarray(state[2][index]))
+
+
+def state_values(model: Any, watched: list[Watched], state: tuple) -> list[Any]:
+    """The values of `watched` (trainable variables of `model`) in a JAX trainer's `state`."""
+    variables = model.trainable_variables
+    return [state[0][_position(variables, w.variable)] for w in watched]
+
+
+def state_learning_rate(model: Any, state: tuple) -> float | None:
+    """The learning rate the optimizer applies at the next step of a JAX trainer's `state`,
+    if it is a number."""
+    optimizer = model.optimizer
+    try:
+        with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, state[2]))):
+            return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    except (TypeError, ValueError, AttributeError, RuntimeError):
+        return None
+
+
+def _position(variables: list[Any], variable: Any) -> int:
+    for index, candidate in enumerate(variables):
+        if candidate is variable:
+            return index
+    raise ValueError(f"{variable.path} is not among the state's variables")
 
 
 def _jax_copies(values: list[Any]) -> list[Any]:

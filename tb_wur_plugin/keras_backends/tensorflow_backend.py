@@ -15,7 +15,12 @@ from tb_wur_plugin.tf_write import summary_ops
 from tb_wur_plugin.tf_write.batched_write import ratio_layers
 from tb_wur_plugin.tf_write.recording import default_writer_resource, default_writer_until_exit
 from tb_wur_plugin.tf_write.watch import record_ratios
-from tb_wur_plugin.tf_write.variables import snapshot, watched_variables, writes_summaries
+from tb_wur_plugin.tf_write.variables import (
+    WatchedVariable,
+    snapshot,
+    watched_variables,
+    writes_summaries,
+)
 
 
 class Logger:
@@ -113,3 +118,173 @@ def _step_log(model: Any) -> Any:
     if isinstance(model, LineSearchModel):
         return getattr(model, "_step_log", None)
     return None
+
+
+class ExecutionCapture:
+    """The updates of the logged steps of a model compiled with `steps_per_execution` k > 1,
+    captured inside its traced train function, where Keras runs k steps per call.
+
+    `install` wraps the model's `train_step` (an attribute of the model for the `fit`) and
+    has Keras trace its train function again: on the steps whose `optimizer.iterations`
+    (read before the update) is a multiple of `every` and above the last one captured, the
+    wrapped step copies the watched variables into non-trainable variables of a free slot
+    before the step and again after it, with the step and the learning rate. The host reads
+    the slots between calls (`collect`), and writes them as the callback writes a step of
+    `steps_per_execution=1`: the same ops on the same values, the copies standing for the
+    variables. There are ceil(k / every) slots, as many as the logged steps of one call:
+    the callback collects after each call that may have run one.
+    """
+
+    def __init__(self, model: Any, watched: list, every: int, steps_per_execution: int):
+        """Make the slots of `watched`.
+
+        Raises:
+          NotImplementedError: `watched` are distributed variables (a `tf.distribute`
+            strategy), whose replicas' copies the slots do not hold.
+        """
+        if any(isinstance(w.variable, tf.distribute.DistributedValues) for w in watched):
+            raise NotImplementedError(
+                "WeightUpdateRatioCallback with steps_per_execution > 1 does not support "
+                "tf.distribute strategies: compile with steps_per_execution=1 under a strategy"
+            )
+        self._model = model
+        self._optimizer = model.optimizer
+        self._watched = watched
+        self._every = every
+        self._steps_per_execution = steps_per_execution
+        self._slots = -(-steps_per_execution // every)
+        rate = _learning_rate_tensor(model.optimizer)
+        with tf.init_scope():
+            self._copies = [
+                tuple(
+                    [_slot(w.variable, f"wur_{role}_{slot}") for w in watched]
+                    for role in ("before", "after")
+                )
+                for slot in range(self._slots)
+            ]
+            self._steps = tf.Variable(tf.zeros([self._slots], tf.int64), trainable=False,
+                                      name="wur_steps")
+            self._rates = None if rate is None else tf.Variable(
+                tf.zeros([self._slots], rate.dtype), trainable=False, name="wur_rates"
+            )
+            self._count = tf.Variable(0, dtype=tf.int32, trainable=False, name="wur_count")
+            self._last = tf.Variable(-1, dtype=tf.int64, trainable=False, name="wur_last")
+        self._original = None
+
+    def install(self) -> None:
+        """Wrap the model's `train_step` and have Keras make its train function again."""
+        model = self._model
+        self._original = model.__dict__.get("train_step", _UNSET)
+        model.train_step = self._wrapped(model.train_step)
+        model.make_train_function(force=True)
+
+    def serves(self, model: Any, watched: list, every: int, steps_per_execution: int) -> bool:
+        """Whether this capture, installed, serves a `fit` of `model` with these settings:
+        the same model, optimizer, watched variables (and tags), `every` and
+        `steps_per_execution`."""
+        return (
+            self._original is not None and model is self._model
+            and model.optimizer is self._optimizer and every == self._every
+            and steps_per_execution == self._steps_per_execution
+            and len(watched) == len(self._watched)
+            and all(a.tag == b.tag and a.variable is b.variable
+                    for a, b in zip(watched, self._watched))
+        )
+
+    def restart(self) -> None:
+        """Free the slots and forget the last step captured (a `fit` starts afresh; its
+        optimizer's steps may have been set back)."""
+        self._count.assign(0)
+        self._last.assign(-1)
+
+    def uninstall(self) -> None:
+        """Give the model its own `train_step` back; its next `fit` makes its train function
+        again."""
+        if self._original is None:
+            return
+        model = self._model
+        if self._original is _UNSET:
+            del model.train_step
+        else:
+            model.train_step = self._original
+        self._original = None
+        model.train_function = None
+
+    def collect(self) -> list[tuple[int, list, list, float | None]]:
+        """The steps captured since the last `collect`, in order: (step, the watched
+        variables with the copies after the update in place of the variables, the copies
+        before it, the learning rate or None); the slots are free again after it."""
+        count = int(self._count.numpy())
+        if not count:
+            return []
+        steps = self._steps.numpy()
+        rates = None if self._rates is None else self._rates.numpy()
+        captured = []
+        for slot in range(count):
+            before, after = self._copies[slot]
+            captured.append((
+                int(steps[slot]),
+                [WatchedVariable(w.tag, copy) for w, copy in zip(self._watched, after)],
+                [copy.value() for copy in before],
+                None if rates is None else float(rates[slot]),
+            ))
+        self._count.assign(0)
+        return captured
+
+    def _wrapped(self, train_step: Any) -> Any:
+        optimizer = self._model.optimizer
+        variables = [w.variable for w in self._watched]
+
+        def copy_into(copies):
+            def run():
+                for copy, variable in zip(copies, variables):
+                    copy.assign(variable.value())
+                return tf.constant(True)
+
+            return run
+
+        def step_with_capture(data):
+            iteration = tf.cast(optimizer.iterations, tf.int64)
+            logged = tf.logical_and(
+                tf.equal(iteration % self._every, 0), iteration > self._last
+            )
+            takes = [tf.logical_and(logged, tf.equal(self._count, slot))
+                     for slot in range(self._slots)]
+            rate = None if self._rates is None else _learning_rate_tensor(optimizer)
+            for slot, take in enumerate(takes):
+                def before(slot=slot):
+                    copy_into(self._copies[slot][0])()
+                    self._steps.scatter_nd_update([[slot]], tf.reshape(iteration, [1]))
+                    if rate is not None:
+                        self._rates.scatter_nd_update(
+                            [[slot]], tf.reshape(tf.cast(rate, self._rates.dtype), [1])
+                        )
+                    return tf.constant(True)
+
+                tf.cond(take, before, lambda: tf.constant(False))
+            outputs = train_step(data)
+            for slot, take in enumerate(takes):
+                tf.cond(take, copy_into(self._copies[slot][1]), lambda: tf.constant(False))
+            self._count.assign_add(tf.cast(logged, tf.int32))
+            self._last.assign(tf.where(logged, iteration, self._last))
+            return outputs
+
+        return step_with_capture
+
+
+_UNSET = object()
+
+
+def _slot(variable: tf.Variable, name: str) -> tf.Variable:
+    return tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False, name=name)
+
+
+def _learning_rate_tensor(optimizer: Any) -> tf.Tensor | None:
+    """The optimizer's learning rate as a float tensor, or None when it is not one."""
+    try:
+        rate = tf.convert_to_tensor(optimizer.learning_rate)
+    except (TypeError, ValueError, AttributeError, RuntimeError):
+        return None
+    if not rate.dtype.is_floating or rate.shape.rank != 0:
+        return None
+    return rate

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from framework_servers import assert_ratios_match, both_loaders, export
@@ -152,3 +153,95 @@ def test_stop_on_ends_fit_after_the_nan_step_with_the_reports_flags(stopped, bac
     assert fired(flags) == reported(logdir, "train", ("frobenius", "spectral"))
     assert len(result["told"]) == len(flags)
     assert all(m.startswith(f"WUR step {NAN_STEP}: net/") for m in result["told"])
+
+
+@pytest.fixture(scope="module")
+def steps_per_execution(tmp_path_factory):
+    """keras_steps_per_execution_worker.py on JAX and PyTorch, both at once: {backend:
+    (logdir, its result)}."""
+    logdir = str(tmp_path_factory.mktemp("keras_steps_per_execution"))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    workers = {
+        backend: subprocess.Popen(
+            [sys.executable, os.path.join(SUPPORT, "keras_steps_per_execution_worker.py"),
+             os.path.join(logdir, backend)],
+            env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for backend in RUNS
+    }
+    results = {}
+    for backend, worker in workers.items():
+        try:
+            out, err = worker.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, err = worker.communicate()
+        assert worker.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["backend"] == backend
+        results[backend] = (os.path.join(logdir, backend), report["result"])
+    return results
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 4, 7])
+def test_jax_steps_per_execution_logs_the_single_update_of_each_logged_step(
+    steps_per_execution, every
+):
+    """steps_per_execution=3 on JAX (24 steps in executions of 3, 3 and 2 per epoch): the
+    logged steps are 0, every, 2·every, ... wherever they fall in an execution, and their
+    ratios, histograms and learning rates are those of their own update, against numpy on
+    the weights the jitted train step handed out before and after every step."""
+    from helpers import assert_ratios_close, read_events, ratio_series
+    from tb_wur_plugin import metadata
+
+    logdir, results = steps_per_execution["jax"]
+    result = results[str(every)]
+    assert result["iterations"] == 24 and result["recorded_steps"] == list(range(24))
+    assert result["train_step_restored"]
+    logged_steps = list(range(0, 24, every))
+    run = os.path.join(logdir, f"every{every}", "train")
+    logged = {(tag, step): r for tag, points in ratio_series(run).items()
+              for step, r in points.items()}
+    expected = {(tag, int(step)): r for tag, points in result["ratios"].items()
+                for step, r in points.items()}
+    assert {step for _, step in expected} == set(logged_steps)
+    assert_ratios_close(logged, expected, rtol=1e-5)
+    events = read_events(run)
+    for tag, points in result["counts"].items():
+        got = {step: np.asarray(c).tolist() for step, c, _ in events[metadata.histogram_tag(tag)]}
+        assert got == {int(step): c for step, c in points.items()}, tag
+    rates = {step: float(v) for step, v, _ in events[metadata.LEARNING_RATE_TAG]}
+    assert rates == pytest.approx({s: 0.05 * 0.9 ** s for s in logged_steps}, rel=1e-6)
+
+
+def test_jax_steps_per_execution_fit_that_raised_leaves_keras_its_own_function(
+    steps_per_execution
+):
+    """A fit with the callback raises after its first execution (steps 0-2), leaving the
+    callback's train function on the model; the next fit, without the callback, runs
+    Keras's own and leaves it there."""
+    _, results = steps_per_execution["jax"]
+    assert results["interrupted"] == {"left": "stepwise", "after": "iterator_step",
+                                      "iterations": 7}
+
+
+def test_jax_steps_per_execution_stop_on_ends_fit_at_the_step_that_fires(steps_per_execution):
+    """A NaN batch at step 4, in the execution of steps 3-5: the flags fire at step 4 and
+    that execution makes no further step. (The first layer's bias stays finite: relu's
+    gradient is 0 at a NaN input.)"""
+    _, results = steps_per_execution["jax"]
+    assert results["stopped"] == {"iterations": 5, "flags": [
+        [tag, "nan", 4] for tag in ("net/first/kernel", "net/head/bias", "net/head/kernel")]}
+
+
+def test_torch_steps_per_execution_above_one_is_refused(steps_per_execution):
+    """Keras's torch trainer refuses steps_per_execution > 1 when it makes its train
+    function; set on a model whose function is made, the callback refuses it at fit's
+    start, naming the backend, before it opens a file."""
+    _, errors = steps_per_execution["torch"]
+    assert "`steps_per_execution` must be 1 with the PyTorch backend" in errors["keras"]
+    assert "steps_per_execution=2 on Keras's torch backend" in errors["callback"]
+    assert "refuses steps_per_execution > 1" in errors["callback"]
+    assert errors["files"] == []

@@ -15,7 +15,12 @@ from helpers import (
     read_raw_events,
     reference_ratio,
 )
-from keras_helpers import OPTIMIZERS, ReferenceRatios, mixed_model_and_data
+from keras_helpers import (
+    OPTIMIZERS,
+    ReferenceRatios,
+    mixed_model_and_data,
+    record_every_step,
+)
 from tb_wur_plugin import metadata
 from tb_wur_plugin.keras import WeightUpdateRatioCallback
 
@@ -165,11 +170,93 @@ def test_a_model_with_no_trainable_weights_warns_once_and_logs_no_ratio(logdir):
     assert ratio_series(os.path.join(logdir, "train")) == {}
 
 
-def test_steps_per_execution_above_one_is_refused(logdir):
+@pytest.mark.parametrize("every,run_eagerly", [
+    (1, False), (2, False), (3, False), (4, False), (7, False), (2, True)])
+def test_steps_per_execution_logs_the_single_update_of_each_logged_step(
+    logdir, every, run_eagerly
+):
+    """steps_per_execution=3: Keras runs 3 steps per call (and per batch begin); each logged
+    step's ratios are those of its own update, against numpy on the weights copied inside
+    the train function around every step; every `every`-th step is logged, wherever it
+    falls in a call; the learning rate is the one of that step."""
     model, x, y = mixed_model_and_data()
-    model.compile(optimizer="adam", loss="mse", steps_per_execution=2)
-    with pytest.raises(ValueError, match="steps_per_execution=1"):
-        _fit(model, x, y, logdir, every=2)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=1, decay_rate=0.9)
+    model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse",
+                  steps_per_execution=3, jit_compile=False, run_eagerly=run_eagerly)
+    records = record_every_step(model)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=every, histograms=True)
+    # 16 samples / 2 = 8 steps per epoch, calls of 3, 3 and 2 steps; 24 steps in all
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 24 and sorted(records) == list(range(24))
+    logged_steps = list(range(0, 24, every))
+    expected = {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in logged_steps for path in records[step][0]
+    }
+    assert_ratios_close(_logged(logdir), expected, rtol=5e-7)
+    events = read_events(os.path.join(logdir, "train"))
+    rates = {step: float(v) for step, v, _ in events[metadata.LEARNING_RATE_TAG]}
+    assert rates == pytest.approx({s: 0.05 * 0.9 ** s for s in logged_steps}, rel=1e-6)
+    for path in records[0][0]:
+        counts = {s: np.asarray(c).tolist() for s, c, _ in events[metadata.histogram_tag(path)]}
+        assert counts == {
+            step: _bucket_counts(records[step][0][path], records[step][1][path])
+            for step in logged_steps
+        }, path
+
+
+def _bucket_counts(before, after):
+    """numpy's histogram counts of the elementwise ratios |Δw / w| (0 where w did not move)."""
+    from tb_wur_plugin.arrays import numpy_math
+
+    delta = after - before  # in the variable's dtype, as on the device
+    with np.errstate(divide="ignore", invalid="ignore"):
+        elementwise = np.abs(np.where(delta == 0, 0, delta / before))
+    return numpy_math.bucket_counts(elementwise.astype(before.dtype)).tolist()
+
+
+def test_steps_per_execution_writes_what_one_step_per_execution_writes(tmp_path):
+    """The same training with steps_per_execution=1 and 4 writes the same logged steps in
+    the same layout: the same packed tags, chunks, metadata and histograms."""
+    runs = {}
+    for k in (1, 4):
+        model, x, y = mixed_model_and_data()
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=k)
+        logdir = str(tmp_path / f"spe{k}")
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+                  callbacks=[WeightUpdateRatioCallback(logdir, update_freq=3, histograms=True)])
+        runs[k] = read_raw_events(os.path.join(logdir, "train"))
+    assert sorted(runs[1]) == sorted(runs[4])
+    for tag, points in runs[1].items():
+        other = runs[4][tag]
+        assert [s for s, _, _ in points] == [s for s, _, _ in other] == [0, 3, 6], tag
+        assert [c for _, _, c in points] == [c for _, _, c in other], tag
+        for (_, a, _), (_, b, _) in zip(points, other):
+            assert np.asarray(a).shape == np.asarray(b).shape, tag
+
+
+def test_steps_per_execution_fits_reuse_the_traced_function_until_another_fit(logdir):
+    """The callback's next `fit` of the model runs the function traced for its first (no
+    new trace) and logs its own steps; a `fit` without the callback gets Keras's own."""
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2)
+    records = record_every_step(model)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    function = model.train_function
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    assert model.train_function is function and sorted(records) == list(range(8))
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 2, 4, 6}
+    assert_ratios_close(logged, {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in (0, 2, 4, 6) for path in records[step][0]
+    }, rtol=5e-7)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # no callback: Keras's own function
+    assert model.train_function is not function
+    assert model.__dict__["train_step"].__name__ == "train_step"  # the reference's own
+    assert sorted(records) == list(range(12))
+    assert {step for _, step in _logged(logdir)} == {0, 2, 4, 6}
 
 
 @pytest.mark.parametrize(
@@ -569,6 +656,55 @@ def test_stop_on_ends_fit_after_the_fire_step_with_the_reports_flags(
     assert len(told) == 2 and all(
         m.startswith(f"WUR step {fire_step}: dead_input/hidden/kernel: not moving") for m in told)
     assert told[1].endswith("(spectral ratios)")
+
+
+def test_stop_on_with_steps_per_execution_ends_fit_after_the_next_execution(logdir):
+    """steps_per_execution=4 (calls of steps 0-3, 4-7, 8-11, 12-15 in an epoch): the step
+    that fires (10) is read at the next call's begin, and `fit` ends at that call's end."""
+    model, x, y = _dead_input_model_and_data(6)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=4)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=1, stop_on={"not_moving"})
+    model.fit(x, y, batch_size=4, epochs=3, verbose=0, shuffle=False, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 16
+    assert [(f.tag, f.reason, f.since, f.step) for f in callback.flags] == [
+        ("dead_input/hidden/kernel", "not_moving", 6, 10)]
+    assert set(ratio_series(os.path.join(logdir, "train"))["dead_input/hidden/kernel"]) == set(
+        range(16))
+
+
+class RaiseAtBatch(keras.callbacks.Callback):
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch >= self.batch:
+            raise RuntimeError("stop here")
+
+
+def test_a_fit_with_steps_per_execution_that_raised_leaves_the_model_its_own_step(logdir):
+    """A `fit` that raises leaves the callback's train step on the model: the next `fit`
+    without the callback puts Keras's own back; the callback's next `fit` logs its steps."""
+    model, x, y = _small_model_and_data()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    callback = WeightUpdateRatioCallback(logdir, update_freq=2)
+    with pytest.raises(RuntimeError, match="stop here"):  # after the call of steps 0-2
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False,
+                  callbacks=[callback, RaiseAtBatch(3)])
+    assert "train_step" in model.__dict__
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)  # steps 3 to 6
+    assert "train_step" not in model.__dict__
+    assert int(model.optimizer.iterations.numpy()) == 7
+    records = record_every_step(model)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[callback])
+    assert sorted(records) == list(range(7, 11))
+    expected = {
+        (path, step): reference_ratio(records[step][0][path], records[step][1][path])
+        for step in (8, 10) for path in records[step][0]
+    }
+    logged = _logged(logdir)
+    assert {step for _, step in logged} == {0, 2, 8, 10}
+    assert_ratios_close({k: v for k, v in logged.items() if k[1] >= 8}, expected, rtol=5e-7)
 
 
 def test_without_stop_on_the_flags_fire_and_fit_runs_to_its_end(logdir):

@@ -75,3 +75,31 @@ class ReferenceRatios(keras.callbacks.Callback):
                 self.expected[(v.path, self.step)] = reference_ratio(
                     self.before[v.path], v.numpy()
                 )
+
+
+def record_every_step(model) -> dict[int, tuple[dict, dict]]:
+    """Wrap `model.train_step` (TensorFlow backend, not XLA-compiled) so that every step,
+    also inside an execution of `steps_per_execution` > 1, copies the trainable weights to
+    numpy before and after its update: returns {step: (before, after)}, each {path: array},
+    filled while the model trains (step: `optimizer.iterations` before the update)."""
+    records: dict[int, tuple[dict, dict]] = {}
+    variables = list(model.trainable_variables)
+    paths = [v.path for v in variables]
+    original = model.train_step
+
+    def keep(kind, step, *values):
+        entry = records.setdefault(int(step), ({}, {}))[kind]
+        entry.update({p: np.array(v, copy=True) for p, v in zip(paths, values)})
+        return tf.constant(0)
+
+    def train_step(data):
+        step = tf.identity(model.optimizer.iterations)
+        tf.py_function(lambda s, *v: keep(0, s, *v), [step, *map(tf.convert_to_tensor, variables)],
+                       Tout=tf.int32)
+        outputs = original(data)
+        tf.py_function(lambda s, *v: keep(1, s, *v), [step, *map(tf.convert_to_tensor, variables)],
+                       Tout=tf.int32)
+        return outputs
+
+    model.train_step = train_step
+    return records
