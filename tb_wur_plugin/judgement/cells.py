@@ -81,17 +81,20 @@ def cells_of(
         nonfinite = p & ~np.isfinite(v)
         below = finite & (v < counting_band[0])
         above = finite & (v > counting_band[1])
+        # the run moves at a step when another layer's finite ratio is at least
+        # RUN_MOVING_FROM
+        run_moving = others_at_least(finite & (v >= RUN_MOVING_FROM))
     log_v = positive_log10(v, positive)
-    # the run moves at a step when another layer's ratio is at least RUN_MOVING_FROM
-    run_moving = leave_one_out_max(np.where(finite, v, np.nan)) >= RUN_MOVING_FROM
     if moving is not None:
         run_moving = run_moving | moving
     # the peers' median of log10 ratio, per layer and step (NaN: too few peers), and the
-    # group's median, the layer included (NaN: too few layers)
+    # group's median, the layer included (NaN: too few layers); ranked by the ratios as
+    # given (log10 keeps their order)
+    ranked = np.where(positive, values, np.nan)
     peer_log = np.full(v.shape, np.nan)
     group_log = np.full(v.shape, np.nan)
     for rows in group_rows:
-        peer_log[rows], group_log[rows] = group_medians(log_v[rows])
+        peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         # the gap to the group's median confirms it: among a few layers, one odd layer drags
@@ -107,41 +110,41 @@ def cells_of(
 
 def positive_log10(values: np.ndarray, positive: np.ndarray) -> np.ndarray:
     """float64 of the same shape: log10 of `values` where `positive`, NaN elsewhere."""
-    return np.where(positive, np.log10(np.where(positive, values, 1.0)), np.nan)
+    out = np.full(values.shape, np.nan)
+    return np.log10(values, out=out, where=positive, dtype=np.float64)
 
 
-def group_medians(log_v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def group_medians(
+    log_v: np.ndarray, ratios: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(the peers' median, NaN with fewer than MIN_PEERS peers; the group's median, the layer
     included, NaN with fewer than MIN_PEERS + 1 layers) of each cell of `log_v` [R, C], the
-    rows of one group, over the non-NaN values of its column."""
-    return _medians(log_v, MIN_PEERS, MIN_PEERS + 1)
+    rows of one group, over the non-NaN values of its column.
+
+    Args:
+        log_v: float64[R, C], log10 of positive ratios, NaN elsewhere.
+        ratios: [R, C] the ratios `log_v` is the float64 log10 of, NaN where `log_v` is (any
+            float dtype: the columns are sorted in it, cheaper in float32); None: `log_v`'s
+            columns are sorted.
+    """
+    return _medians(log_v, MIN_PEERS, MIN_PEERS + 1, ratios)
 
 
-def leave_one_out_max(values: np.ndarray) -> np.ndarray:
-    """float64[L, S]: at each (i, j), the largest non-NaN value of column j in the rows other
-    than i; NaN where there is none."""
-    n_rows = values.shape[0]
-    out = np.full(values.shape, np.nan)
-    if n_rows < 2:
-        return out
-    filled = np.where(np.isnan(values), -np.inf, values)
-    cols = np.arange(values.shape[1])
-    top = np.argmax(filled, axis=0)  # the first of the largest
-    others = filled.copy()
-    others[top, cols] = -np.inf
-    second = np.argmax(others, axis=0)  # the first of the largest of the others
-    best = np.where(np.arange(n_rows)[:, None] == top[None, :], filled[second, cols][None, :],
-                    filled[top, cols][None, :])
-    return np.where(np.isinf(best) & (best < 0), np.nan, best)
+def others_at_least(reaches: np.ndarray) -> np.ndarray:
+    """bool[L, S]: at each (i, j), whether `reaches` (bool[L, S]) holds in column j at a row
+    other than i."""
+    return (reaches.sum(axis=0)[None, :] - reaches) > 0
 
 
 def _medians(
-    values: np.ndarray, min_others: int, min_layers: int
+    values: np.ndarray, min_others: int, min_layers: int, ratios: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(the leave-one-out medians: at each (i, j), the median of column j's non-NaN values in
     the rows other than i, NaN where fewer than `min_others` of them; the group's medians: of
     column j's non-NaN values, row i included, NaN where fewer than `min_layers`) of
-    `values` [L, S], from one sort of each column.
+    `values` [L, S], from one sort of each column (of `ratios`, whose float64 log10 `values`
+    is, when given: log10 keeps their order, so the k-th smallest value is the log10 of the
+    k-th smallest ratio).
 
     With a column's n non-NaN values sorted, r_0 <= ... <= r_{n-1}, the k-th smallest of
     the others of a cell holding v is r_k when v > r_k, else r_{k+1} (removing one copy of
@@ -151,13 +154,15 @@ def _medians(
     group = np.full(values.shape, np.nan)
     if n_cols == 0:
         return peer, group
-    ranked = np.sort(values.T, axis=1)  # [S, L]: each column's values ascending, NaN last
+    # [S, L]: each column's values (or ratios) ascending, NaN last
+    ranked = np.sort((values if ratios is None else ratios).T, axis=1)
     valid = ~np.isnan(values)
     count = valid.sum(axis=0)
     cols = np.arange(n_cols)
 
     def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column (k within 0 .. n_rows - 1)
-        return ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
+        r_k = ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
+        return r_k if ratios is None else np.log10(r_k, dtype=np.float64)
 
     middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
     enough = count >= min_layers

@@ -37,7 +37,7 @@ from tb_wur_plugin.judgement import reasons as table
 from tb_wur_plugin.judgement.cells import (
     cells_of,
     group_medians,
-    leave_one_out_max,
+    others_at_least,
     positive_log10,
 )
 from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE, RUN_MOVING_FROM
@@ -264,11 +264,10 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
     same run's Frobenius ratios) other than the one of the same tag had a judged finite
     ratio of at least RUN_MOVING_FROM at the same step (False at steps it lacks)."""
     judged = reference.present & ~reference.skipped_mask[None, :]
-    values = np.where(judged, reference.values.astype(np.float64), np.nan)
     with np.errstate(invalid="ignore"):
-        others = leave_one_out_max(values) >= RUN_MOVING_FROM  # [R, S_ref]
-        any_layer = np.nanmax(np.where(np.isnan(values), -np.inf, values), axis=0,
-                              initial=-np.inf) >= RUN_MOVING_FROM
+        reaches = judged & (reference.values.astype(np.float64) >= RUN_MOVING_FROM)
+    others = others_at_least(reaches)  # [R, S_ref]
+    any_layer = reaches.any(axis=0)
     row_of = {tag: i for i, tag in enumerate(reference.tags)}
     by_row = np.stack([others[row_of[t]] if t in row_of else any_layer for t in matrix.tags]) \
         if matrix.tags else np.zeros((0, len(reference.steps)), bool)

@@ -114,8 +114,9 @@ def cell_classes(values: np.ndarray, present: np.ndarray) -> np.ndarray:
         ).astype(np.int8)
 
 
-# Cells a block of rows holds while a large matrix is reduced (bounds the temporaries).
-BLOCK_CELLS = 1 << 21
+# Cells a block of rows holds while a large matrix is reduced (bounds the temporaries, and
+# keeps a block's float64 logs in cache).
+BLOCK_CELLS = 1 << 18
 
 
 def row_blocks(shape: tuple[int, ...]):
@@ -254,7 +255,14 @@ def _reduce_rows(
         out[:, ~nonempty] = neutral
         return out
 
-    count = _class_counts(classes, per_column, int((hi - lo).max(initial=0)))
+    # every cell of the range positive (the usual run): each column's steps are its count
+    all_positive = not (classes != POSITIVE).any()
+    if all_positive:
+        none = np.zeros((n_layers, n_columns), np.int32)
+        count = {POSITIVE: np.broadcast_to((hi - lo).astype(np.int32), none.shape),
+                 ZERO: none, INF: none, BROKEN: none}
+    else:
+        count = _class_counts(classes, per_column, int((hi - lo).max(initial=0)))
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
     if reduction == "last":
         index = np.where(present, np.arange(base, stop), -1)
@@ -263,10 +271,14 @@ def _reduce_rows(
             v, np.maximum(last_index - base, 0), axis=1).astype(np.float64)
         return np.where(missing, np.nan, out), missing
     positive = count[POSITIVE] > 0
-    is_positive = classes == POSITIVE
+    is_positive = True if all_positive else classes == POSITIVE
     if reduction == "mean_log10":
-        logs = np.zeros(v.shape)  # log10 in float64 of the positive ratios, 0 elsewhere
-        np.log10(v, out=logs, where=is_positive, dtype=np.float64)
+        # log10 in float64 of the positive ratios, 0 elsewhere
+        if all_positive:
+            logs = np.log10(v, dtype=np.float64)
+        else:
+            logs = np.zeros(v.shape)
+            np.log10(v, out=logs, where=is_positive, dtype=np.float64)
         logs = per_column(logs, np.add, 0.0)
         out = np.where(
             positive,

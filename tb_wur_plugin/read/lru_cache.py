@@ -1,7 +1,7 @@
 """The one cache of the read side: values by key, each valid for the signature of the data it
 was made from, the least recently used dropped first. It keeps a run's matrix and step index
-(run_data), the Python loader's scalar listing (run_data) and the plugin's `/heatmap` answers
-(web.answers)."""
+(run_data), the Python loader's scalar listing (run_data) and the plugin's `/heatmap` and
+`/flags` answers (web.answers)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ Bad requests raise `tensorboard.errors` (400 or 404 with a one-line reason).
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Iterator
 
@@ -30,6 +31,8 @@ RESERVED_TAGS = {
 }
 # /heatmap answers kept (the tab asks for the same heatmap again on every reload).
 _KEPT_HEATMAPS = 16
+# /flags answers kept (the tab asks for the same flags again on every reload).
+_KEPT_FLAGS = 16
 # The line-search series /line_search answers, in the order of its arrays.
 _LINE_SEARCH_ROUTE_SERIES = (metadata.LINE_SEARCH_STEP_SIZE, metadata.LINE_SEARCH_BACKTRACKS)
 
@@ -44,6 +47,7 @@ class Answers:
     def __init__(self, data: run_data.RunData):
         self._data = data
         self._heatmaps: LruCache[bytes] = LruCache(max_entries=_KEPT_HEATMAPS)
+        self._flags: LruCache[list[dict]] = LruCache(max_entries=_KEPT_FLAGS)
 
     def runs_impl(self, ctx: tb_context.RequestContext, experiment: str) -> dict:
         """Every run with wur data: its layers in model order, which series it has, and its
@@ -184,23 +188,34 @@ class Answers:
         judgement, and with an explicit band (`low` and/or `high`; the missing edge the
         default band's) the band rule too; layers with a NaN first, then by the step they
         were flagged since. `low`/`high` in the answer: the band judged against, both None
-        for the default judgement."""
+        for the default judgement. The layers are kept per request while the run's data is
+        current."""
         band = judge.band_of(low, high)
-        (matrix,) = self._matrices(ctx, experiment, [run], metric)
-        kinds = run_listing.layer_kinds(
-            self._data.listing(ctx, experiment, run, metric), matrix.tags
+        (ratios,) = self._ratio_listings(ctx, experiment, [run], metric)
+        matrix = self._data.matrix(ctx, experiment, run, ratios)
+        listing = self._data.listing(ctx, experiment, run, metric)
+        query = (experiment, run, band, patience, metric)
+        # the data judged: the matrix's, the listing's (the kinds) and the reference's
+        signature = (ratios.signature, listing.signature) + (
+            () if metric == metadata.METRIC_FROBENIUS
+            else (self._data.listing(ctx, experiment, run).signature,)
         )
-        reference = self._data.frobenius_reference(ctx, experiment, run, metric)
-        moving = None if reference is None else judge.others_moving(matrix, reference)
+        layers = self._flags.get(query, signature)
+        if layers is None:
+            kinds = run_listing.layer_kinds(listing, matrix.tags)
+            reference = self._data.frobenius_reference(ctx, experiment, run, metric)
+            moving = None if reference is None else judge.others_moving(matrix, reference)
+            layers = json_util.Cleanse(
+                judge.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
+            )
+            self._flags.put(query, signature, layers)
         return {
             "run": run,
             "metric": metric,
             "low": band[0] if band else None,
             "high": band[1] if band else None,
             "patience": patience,
-            "layers": json_util.Cleanse(
-                judge.flag_layers(matrix, *(band or (None, None)), patience, kinds, moving)
-            ),
+            "layers": copy.deepcopy(layers),
         }
 
     def series_impl(

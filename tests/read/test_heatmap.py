@@ -256,3 +256,27 @@ def test_a_column_of_more_than_65535_steps_reduces_exactly(reduction):
                 want = _reference(list(v[bounds[k]:bounds[k + 1]]), reduction)
                 assert (math.isnan(want) and math.isnan(got[row, k])) or got[row, k] == pytest.approx(
                     want, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
+def test_a_block_of_positive_ratios_reduces_as_any_block(seed, reduction):
+    """A block of rows whose every cell of the range is a positive ratio (the usual run) is
+    reduced without counting classes: its rows come out bit for bit as when the same rows
+    share a block with a row of every other class."""
+    rng = np.random.default_rng(seed)
+    n_steps = int(rng.integers(1, 300))
+    steps = np.sort(rng.choice(np.arange(3 * n_steps), n_steps, replace=False))
+    series = [(f"p{i}", steps, (10.0 ** rng.uniform(-8, 0, n_steps)).astype(np.float32))
+              for i in range(5)]
+    odd = np.array([0.0, np.inf, np.nan, -1.0] * n_steps, np.float32)[:n_steps]
+    start = int(rng.integers(-3, steps[-1] + 1))
+    end = int(rng.integers(start, 3 * n_steps + 3))
+    columns = heatmap.make_columns(steps, start, end, int(rng.integers(1, 80)))
+    positive = heatmap.RunMatrix.from_series(series)
+    with_odd = heatmap.RunMatrix.from_series(series + [("odd", steps[::2], odd[::2])])
+    assert with_odd.values.size <= heatmap.BLOCK_CELLS  # one block: classes counted
+    alone, alone_missing = heatmap.reduce_columns(positive, columns, reduction)
+    shared, shared_missing = heatmap.reduce_columns(with_odd, columns, reduction)
+    np.testing.assert_array_equal(alone, shared[:5])
+    np.testing.assert_array_equal(alone_missing, shared_missing[:5])

@@ -533,3 +533,30 @@ def test_a_heatmap_asked_again_is_the_same_answer_until_the_run_changes(tmp_path
     header, arrays = heatmap_wire.unpack(backend.get("heatmap", run="run").get_data())
     assert header["end"] == 5 and header["columns"] == 6
     assert heatmap_wire.unpack(first)[0]["end"] == 4
+
+
+def test_flags_are_kept_per_request_until_the_run_grows(tmp_path, monkeypatch):
+    from tb_wur_plugin.judgement import judge
+    from tb_wur_plugin.writer import SummaryWriter
+
+    calls = []
+    flag_layers = judge.flag_layers
+    monkeypatch.setattr(judge, "flag_layers", lambda *a, **k: calls.append(a) or flag_layers(*a, **k))
+
+    def write(steps, odd):
+        with SummaryWriter(str(tmp_path / "run")) as writer:
+            for step in steps:
+                writer.add_ratios({"a/kernel": 1e-3, "b/kernel": 2e-3, "c/kernel": odd}, step)
+
+    write(range(6), 1e-3)
+    backend = Backend(str(tmp_path))
+    first = backend.json("flags", run="run")
+    assert first["layers"] == [] and len(calls) == 1
+    assert backend.json("flags", run="run") == first and len(calls) == 1  # kept
+    banded = backend.json("flags", run="run", low="1.5e-3")  # another request: judged
+    assert [l["tag"] for l in banded["layers"]] == ["a/kernel", "c/kernel"] and len(calls) == 2
+    write(range(6, 12), 0.9)  # c/kernel too fast from step 6
+    backend.multiplexer.Reload()
+    (grown,) = backend.json("flags", run="run")["layers"]
+    assert (grown["tag"], grown["reason"], grown["since"]) == ("c/kernel", "too_fast", 6)
+    assert len(calls) == 3

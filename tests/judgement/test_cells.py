@@ -1,0 +1,95 @@
+"""The facts of a block of cells (judgement/cells.py) against their definitions computed cell
+by cell, on small random matrices full of the values that break shortcuts: NaN, ±inf, 0,
+negative ratios, subnormals, ties, ratios either side of the thresholds, missing and skipped
+steps, groups of every size."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tb_wur_plugin.judgement import cells as cells_module
+from tb_wur_plugin.judgement.thresholds import (
+    DEFAULT_BAND,
+    MIN_PEERS,
+    OUTLIER_CONFIRM_FACTOR,
+    RUN_MOVING_FROM,
+)
+
+SPECIAL = np.array([
+    0.0, np.nan, np.inf, -np.inf, -1e-3, 1e-45, 1e-9, RUN_MOVING_FROM, 1e-4, 1e-2, 0.5, 1e-3,
+    1e-3, 2e-3,
+], np.float32)
+
+
+def _block(rng: np.random.Generator):
+    n_rows, n_cols = int(rng.integers(1, 10)), int(rng.integers(1, 13))
+    values = (10.0 ** rng.normal(-3, 1.5, (n_rows, n_cols))).astype(np.float32)
+    special = rng.random((n_rows, n_cols)) < rng.uniform(0, 0.6)
+    values[special] = rng.choice(SPECIAL, special.sum())
+    if rng.random() < 0.3:  # ties across a whole column
+        values[:, rng.integers(n_cols)] = values[0, 0]
+    present = rng.random((n_rows, n_cols)) < rng.uniform(0.5, 1)
+    values[~present] = np.nan
+    skipped = rng.random(n_cols) < 0.2
+    groups = rng.integers(0, int(rng.integers(1, 4)), n_rows)
+    group_rows = [list(np.flatnonzero(groups == g)) for g in np.unique(groups)]
+    moved_before = rng.random((n_rows, n_cols)) < 0.5
+    return values, present, skipped, group_rows, moved_before
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(np.array(values, np.float64)))
+
+
+def _by_definition(values, present, skipped, group_rows):
+    """(run_moving, log10 ratio, peers' median, group's median), cell by cell."""
+    v = values.astype(np.float64)
+    n_rows, n_cols = v.shape
+    judged = present & ~skipped[None, :]
+    log_v = np.full(v.shape, np.nan)
+    run_moving = np.zeros(v.shape, bool)
+    for i in range(n_rows):
+        for j in range(n_cols):
+            if judged[i, j] and math.isfinite(v[i, j]) and v[i, j] > 0:
+                log_v[i, j] = np.log10(v[i, j])
+            run_moving[i, j] = any(
+                judged[k, j] and math.isfinite(v[k, j]) and v[k, j] >= RUN_MOVING_FROM
+                for k in range(n_rows) if k != i)
+    peer, group = np.full(v.shape, np.nan), np.full(v.shape, np.nan)
+    for rows in group_rows:
+        for j in range(n_cols):
+            column = [log_v[k, j] for k in rows if not np.isnan(log_v[k, j])]
+            for i in rows:
+                others = [log_v[k, j] for k in rows if k != i and not np.isnan(log_v[k, j])]
+                if len(others) >= MIN_PEERS:
+                    peer[i, j] = _median(others)
+                if len(column) >= MIN_PEERS + 1:
+                    group[i, j] = _median(column)
+    return run_moving, log_v, peer, group
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_facts_of_a_block_are_their_definitions(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        values, present, skipped, group_rows, moved_before = _block(rng)
+        moving = rng.random(values.shape) < 0.1 if rng.random() < 0.5 else None
+        c = cells_module.cells_of(values, present, skipped, group_rows, DEFAULT_BAND,
+                                  moved_before, moving)
+        run_moving, log_v, peer, group = _by_definition(values, present, skipped, group_rows)
+        if moving is not None:
+            run_moving = run_moving | moving
+        np.testing.assert_array_equal(c.run_moving, run_moving)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(c.peers_ok, c.positive & (peer >= np.log10(RUN_MOVING_FROM)))
+            np.testing.assert_array_equal(
+                c.confirmed, np.abs(log_v - group) >= np.log10(OUTLIER_CONFIRM_FACTOR))
+        np.testing.assert_array_equal(c.gap, log_v - peer)  # NaN where NaN, else bit for bit
+        # the group's medians from the logs themselves (the reasons' words) are the same
+        for rows in group_rows:
+            from_logs = cells_module.group_medians(log_v[rows])
+            np.testing.assert_array_equal(from_logs[0], peer[rows])
+            np.testing.assert_array_equal(from_logs[1], group[rows])
