@@ -16,6 +16,7 @@ Workloads (CPU, float32, Adam, tf.function steps):
     python benchmarks/training.py --smoke       # tiny sizes, for CI: workloads M2 and M3
                                                 # (M1's model runs in the fit part), one try
     python benchmarks/training.py --parts fit --rounds 30   # one part, more rounds
+    python benchmarks/training.py --parts fit --steps-per-execution 10   # fit, 10 steps a call
 """
 
 from __future__ import annotations
@@ -241,10 +242,21 @@ def peak_memory_delta(fn: Callable) -> int:
     return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
 
 
-def fit_epochs(smoke: bool, rounds: int, logdir: str) -> dict[str, list[float]]:
-    """Ratios of a model.fit epoch with a callback to one without, interleaved."""
-    model, _, _, _ = make_workload("M1", smoke)
-    model.compile(optimizer="adam", loss="mse")
+def fit_epochs(
+    smoke: bool, rounds: int, logdir: str, steps_per_execution: int = 1
+) -> dict[str, list[float]]:
+    """Ratios of a model.fit epoch with a callback to one without, interleaved, the model
+    compiled with `steps_per_execution`. With `steps_per_execution` > 1 each variant fits
+    its own copy of the model (same initial weights): the callback keeps its traced train
+    function on the model it fits, and a `fit` of that model without the callback traces
+    Keras's own again, which alternating variants on one model would time."""
+
+    def compiled():
+        model, _, _, _ = make_workload("M1", smoke)
+        model.compile(optimizer="adam", loss="mse", steps_per_execution=steps_per_execution)
+        return model
+
+    model = compiled()
     x = np.random.default_rng(0).normal(size=(128 * (20 if smoke else 200), 784)).astype("float32")
     y = np.random.default_rng(1).normal(size=(len(x), 10)).astype("float32")
     callbacks = {
@@ -255,8 +267,13 @@ def fit_epochs(smoke: bool, rounds: int, logdir: str) -> dict[str, list[float]]:
             keras.callbacks.TensorBoard(os.path.join(logdir, "tb"), histogram_freq=1)
         ],
     }
-    for extra in callbacks.values():  # trace
-        model.fit(x[:256], y[:256], batch_size=128, epochs=1, verbose=0, callbacks=extra)
+    models = {name: model if steps_per_execution == 1 else compiled() for name in callbacks}
+    # trace (with steps_per_execution > 1 over the epoch's data: Keras traces its function
+    # again for data of another number of batches)
+    warm = 256 if steps_per_execution == 1 else len(x)
+    for name, extra in callbacks.items():
+        models[name].fit(x[:warm], y[:warm], batch_size=128, epochs=1, verbose=0,
+                         callbacks=extra)
     ratios: dict[str, list[float]] = {name: [] for name in callbacks if name != "fit"}
     for _ in range(rounds):
         names = list(callbacks)
@@ -264,7 +281,8 @@ def fit_epochs(smoke: bool, rounds: int, logdir: str) -> dict[str, list[float]]:
         times = {}
         for name in names:
             start = time.perf_counter()
-            model.fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=callbacks[name])
+            models[name].fit(x, y, batch_size=128, epochs=1, verbose=0,
+                             callbacks=callbacks[name])
             times[name] = time.perf_counter() - start
         for name in ratios:
             ratios[name].append(times[name] / times["fit"])
@@ -307,6 +325,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--workloads", default=None, help="default M1,M2,M3 (--smoke: M2,M3)")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--steps-per-execution", type=int, default=1,
+                        help="the fit part's model.compile(steps_per_execution=)")
     parser.add_argument("--parts", default="steps,memory,fit",
                         help="comma-separated: steps (the workloads), memory, fit")
     args = parser.parse_args()
@@ -366,9 +386,12 @@ def main() -> None:
         subprocess.run(command, env={**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true"}, check=True)
     if "fit" not in parts:
         return
-    print(f"\nmodel.fit epoch (M1 model, {'20' if args.smoke else '200'} steps) / without "
-          f"callbacks, logging every {LOG_EVERY} steps")
-    for variant, values in fit_epochs(args.smoke, args.rounds, logdir).items():
+    print(f"\nmodel.fit epoch (M1 model, {'20' if args.smoke else '200'} steps, "
+          f"steps_per_execution={args.steps_per_execution}) / without callbacks, logging "
+          f"every {LOG_EVERY} steps")
+    for variant, values in fit_epochs(
+        args.smoke, args.rounds, logdir, args.steps_per_execution
+    ).items():
         print(f"  {variant:<40} {summary(values)}")
 
 
