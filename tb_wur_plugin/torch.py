@@ -48,7 +48,7 @@ from tb_wur_plugin.event_write import (
 )
 from tb_wur_plugin.judgement.online import Flag
 from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
-from tb_wur_plugin.torch_internals import grad_scaler, ranks, shards
+from tb_wur_plugin.torch_internals import foreach, grad_scaler, ranks, shards
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -75,8 +75,10 @@ def watch(
     that are multiples of `every` are logged (0, every, 2·every, ... from a fresh start).
     The parameters are looked up (`model.named_parameters()`) at each logged step; tag =
     the parameter's name with '.' replaced by '/'. On a logged step the pre-hook copies the
-    parameters on their device (one copy of the weights, in float32 for 16-bit ones) and
-    the post-hook takes the norms there (float32 norms of chunks of 65,536 elements summed
+    parameters on their device (one copy of the weights, in float32 for 16-bit ones; kept
+    while the handle is active and overwritten at the next logged step, so that it is
+    allocated once while the parameters' shapes, dtypes and devices stay; `remove()` frees
+    it) and the post-hook takes the norms there (float32 norms of chunks of 65,536 elements summed
     in float64; a sum that may have overflowed or underflowed is taken again exactly) and
     copies 2 floats per parameter to the host; the learning rate of the first parameter
     group is written beside them. The other steps cost an integer comparison per hook.
@@ -302,6 +304,8 @@ class _Watched:
         self.index = index
         self.next = -(-first_step // every) * every  # the next step to log from
         self.pending: _Pending | None = None
+        # the last logged step's copies, overwritten by the next one's (`torch_math.snapshot`)
+        self.kept: list[torch.Tensor] = []
         self.prefix = f"optimizer_{index}/" if count > 1 else ""
         self.updates: set[int] | None = None  # ids of its parameters (several optimizers)
         if count > 1:
@@ -367,7 +371,8 @@ class WatchHandle:
         return self._step_writer.judgement.should_stop
 
     def remove(self) -> None:
-        """Stop logging (idempotent); close the writer `watch` opened, flush one passed in."""
+        """Stop logging (idempotent); free the copy of the weights kept between logged
+        steps; close the writer `watch` opened, flush one passed in."""
         if not self._hooks:
             return
         for hook in self._hooks:
@@ -375,6 +380,7 @@ class WatchHandle:
         self._hooks = []
         for watched in self._watched:
             watched.pending = None
+            watched.kept = []
             grad_scaler.stop_notifying(watched.optimizer, self)
         if self._writer is None:  # a rank other than 0
             return
@@ -476,11 +482,14 @@ class WatchHandle:
         with torch.no_grad():
             if self._sharded:  # copies of the parts this rank counts
                 live = _live(entries)
+                watched.kept = torch_math.snapshot([entries[i].tensor for i in live],
+                                                   watched.kept)
                 before: list[Any] = [None] * len(entries)
-                for i, copy in zip(live, torch_math.copies([entries[i].tensor for i in live])):
+                for i, copy in zip(live, watched.kept):
                     before[i] = copy
             else:
-                before = torch_math.copies([e.tensor for e in entries])
+                watched.kept = torch_math.snapshot([e.tensor for e in entries], watched.kept)
+                before = list(watched.kept)
         watched.pending = _Pending(step, entries, before, self._learning_rate(watched))
 
     def _record(self, pending: _Pending) -> None:
@@ -503,7 +512,7 @@ class WatchHandle:
                 weight_sums = torch_math.sums_of_squares(olds)
                 if self._histograms:
                     device_counts = [torch_math.elementwise_counts(o, n) for o, n in zip(olds, news)]
-                torch._foreach_sub_(olds, news)  # olds := w_before − w_after = −Δw
+                foreach.sub_(olds, news)  # olds := w_before − w_after = −Δw
                 sums = torch.cat([weight_sums, torch_math.sums_of_squares(olds)]).cpu().numpy()
                 for k, i in enumerate(indices):
                     weight_norms[i] = torch_math.checked_norm(sums[k], lambda: olds[k] + news[k])
@@ -521,7 +530,6 @@ class WatchHandle:
                     [u for _, _, u in matrices], self._spectral, LEADING_FAN_OUT)
             spectral = {i: float(v) for (i, _, _), v in zip(matrices, values)}
             matrices.clear()
-        before.clear()  # the copies are freed before the writing
         self._write(LoggedStep(
             pending.step,
             entries,
@@ -563,7 +571,7 @@ class WatchHandle:
                 if counts is not None:
                     for i in indices:
                         counts[i] = torch_math.elementwise_counts(before[i], news[i]).to(device)
-                torch._foreach_sub_(olds, [news[i] for i in indices])  # := −Δw
+                foreach.sub_(olds, [news[i] for i in indices])  # := −Δw
                 update_sums[index] = torch_math.sums_of_squares(olds).to(device)
 
             def weight_of(i: int) -> torch.Tensor:
@@ -574,8 +582,6 @@ class WatchHandle:
 
             reduced = shards.reduce_norms(step, entries, weight_sums, update_sums,
                                           counts, skipped, weight_of, update_of)
-        if before is not None:
-            before.clear()  # the copies are freed before the writing
         if reduced.all_skipped:  # as a step every rank's GradScaler skipped, unsharded
             ratios = np.zeros(n)
         else:

@@ -5,19 +5,23 @@ protocol's edges, on the tensors' device. Imports no TensorFlow module."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin.torch_internals import foreach
 
 # Tensors are reduced in chunks of this many elements: float32 norms of the chunks (one
 # fused `_foreach_norm` over all chunks of all parameters), their squares summed in float64.
 CHUNK_ELEMENTS = 1 << 16
 
 
-# Histogram temporaries are bounded by bucketing this many elements at a time.
+# Histogram temporaries are bounded by bucketing this many elements at a time: on the CPU
+# few enough that the passes over a chunk stay in a core's cache.
 HISTOGRAM_CHUNK_ELEMENTS = 1 << 22
+HISTOGRAM_CPU_CHUNK_ELEMENTS = 1 << 18
 
 
 # A chunked sum of squares below this (or not finite) may have lost precision to float
@@ -38,19 +42,44 @@ def work(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Copies of `tensors` in the work dtype: one fused op for those already in it."""
+    """New copies of `tensors` in the work dtype (`work`): one fused op for those already in
+    it (on the CPU one clone each, which is faster there)."""
     same = [i for i, t in enumerate(tensors) if t.dtype in WORK_DTYPES]
     out: list[Any] = [None] * len(tensors)
-    if any(tensors[i].device.type == "cpu" for i in same):  # one clone each is faster there
+    if any(tensors[i].device.type == "cpu" for i in same):
         same = []
     if same:
-        for i, copy in zip(same, torch._foreach_mul([tensors[i] for i in same], 1.0)):
+        for i, copy in zip(same, foreach.copies([tensors[i] for i in same])):
             out[i] = copy
     for i, tensor in enumerate(tensors):
         if out[i] is None:
             converted = work(tensor)  # a new tensor where converted, else a view or itself
             out[i] = converted.clone() if converted is tensor or tensor.is_complex() else converted
     return out
+
+
+def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of `tensors` in the work dtype, as `copies` makes them, written into the
+    tensors of `kept` (an earlier snapshot, reused rather than allocated again) where the
+    one at the same position has the work dtype, shape, strides and device the copy would
+    have; new copies (`copies`) of the others.
+
+    Returns:
+      The snapshot, a list of len(tensors): the reused tensors of `kept` and the new copies.
+    """
+    sources = [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
+    fits = [i < len(kept) and _holds(kept[i], s) for i, s in enumerate(sources)]
+    reused = [i for i, fit in enumerate(fits) if fit]
+    foreach.copy_([kept[i] for i in reused], [sources[i] for i in reused])
+    fresh = iter(copies([t for t, fit in zip(tensors, fits) if not fit]))
+    return [kept[i] if fit else next(fresh) for i, fit in enumerate(fits)]
+
+
+def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
+    """Whether `kept` is what a copy of `source` (real) in the work dtype would be."""
+    dtype = source.dtype if source.dtype in WORK_DTYPES else torch.float32
+    return (kept.dtype == dtype and kept.shape == source.shape
+            and kept.stride() == source.stride() and kept.device == source.device)
 
 
 def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -67,7 +96,7 @@ def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
             chunks.extend(parts)
             owners.extend([i] * len(parts))
     device = tensors[0].device
-    squares = torch.stack(torch._foreach_norm(chunks)).to(torch.float64).square()
+    squares = torch.stack(foreach.norms(chunks)).to(torch.float64).square()
     if len(chunks) == len(tensors):
         return squares
     index = torch.tensor(owners, device=device)
@@ -103,29 +132,144 @@ def exact_norm(tensor: torch.Tensor) -> float:
     return top * torch.linalg.vector_norm(scaled).item()
 
 
-_EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+# Bucketing works on the values' bits (`_BitTables`): for float32 or float64 values x >= 0
+# (and NaN) the bits, read as a signed integer, grow with x, so each bucket is a range of
+# them. The top bits of x (sign, exponent and _FINE_MANTISSA_BITS of the mantissa) name its
+# fine bin, of 2**-3 of an octave at most: narrower than a bucket (10**(1 / BINS_PER_DECADE)
+# wide), so at most one bucket boundary falls inside a fine bin, at the bin's threshold.
+_FINE_MANTISSA_BITS = 3
+
+
+class _BitTables(NamedTuple):
+    """How `_bucket_counts_of_bits` buckets the values of one floating dtype on one device.
+
+    int_dtype: the signed integer dtype of the float's width.
+    shift: bits >> shift (masked to `fine_bins` - 1) is a value's fine bin.
+    fine_bins: the number of fine bins (two halves: x's sign bit clear, then set).
+    thresholds: int_dtype[fine_bins]: the bits at or above which a value of the fine bin
+      lies in its upper bucket (the bin's first bits where it holds no boundary).
+    buckets: int64[2 * fine_bins]: the bucket of key f (bits of bin f at or above its
+      threshold) and of key fine_bins + f (below it).
+    """
+
+    int_dtype: torch.dtype
+    shift: int
+    fine_bins: int
+    thresholds: torch.Tensor
+    buckets: torch.Tensor
+
+
+_TABLES: dict[tuple[torch.dtype, torch.device], _BitTables] = {}
+
+_INT_OF = {torch.float32: (torch.int32, np.int32, np.float32, 23),
+           torch.float64: (torch.int64, np.int64, np.float64, 52)}
+
+
+def _reference_buckets(bits: np.ndarray, float_dtype: type) -> np.ndarray:
+    """The bucket of each value whose bits (signed integers) are `bits`: the protocol's rule
+    on the value itself, in its precision (+-0, positive values below the first edge, the
+    edges' bins, at or above the last edge, +inf, NaN or negative)."""
+    x = bits.view(float_dtype)
+    zero = float_dtype(0)
+    smallest = np.nextafter(zero, float_dtype(1))
+    boundaries = np.concatenate(
+        [[smallest], metadata.HISTOGRAM_EDGES.astype(float_dtype), [np.inf]]).astype(float_dtype)
+    ids = np.searchsorted(boundaries, x, side="right").astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        ids[~(x >= zero)] = metadata.NAN_BUCKET
+    return ids
+
+
+def _bit_tables(dtype: torch.dtype, device: torch.device) -> _BitTables:
+    """The tables of `dtype` (float32 or float64) on `device`, built once.
+
+    Raises:
+      RuntimeError: a fine bin would hold two bucket boundaries (the protocol's edges
+        closer than a fine bin).
+    """
+    key = (dtype, device)
+    tables = _TABLES.get(key)
+    if tables is not None:
+        return tables
+    torch_int, np_int, np_float, mantissa = _INT_OF[dtype]
+    width = np.dtype(np_int).itemsize * 8
+    shift = mantissa - _FINE_MANTISSA_BITS
+    fine_bins = 1 << (width - shift)
+    f = np.arange(fine_bins, dtype=np.int64)
+    signed = np.where(f < fine_bins // 2, f, f - fine_bins)
+    start = (signed << shift).astype(np_int)  # each fine bin's first and last bits
+    end = (start + np_int((1 << shift) - 1)).astype(np_int)
+    low, high = _reference_buckets(start, np_float), _reference_buckets(end, np_float)
+    # The first bits of the upper bucket: a binary search in each bin with a boundary.
+    below, above = start.astype(np.int64), end.astype(np.int64)  # B(below) = low, B(above) = high
+    split = low != high
+    while np.any(split & (above - below > 1)):
+        middle = below + (above - below) // 2
+        upper = _reference_buckets(middle.astype(np_int), np_float) != low
+        above = np.where(split & upper, middle, above)
+        below = np.where(split & ~upper, middle, below)
+    thresholds = np.where(split, above, start.astype(np.int64)).astype(np_int)
+    if np.any(_reference_buckets(thresholds, np_float) != high):
+        raise RuntimeError("histogram edges closer than a fine bin: two boundaries in one bin")
+    buckets = np.concatenate([high, low])
+    tables = _TABLES[key] = _BitTables(
+        torch_int, shift, fine_bins,
+        torch.from_numpy(thresholds).to(device), torch.from_numpy(buckets).to(device))
+    return tables
 
 
 def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """int64[NUM_BUCKETS] on the device: the counts of |Δw_i| / |w_i| (0 where Δw_i = 0, as
-    `xdivy`), bucketed as `numpy_bucketing.bucket_counts` does, a chunk at a time."""
+    `xdivy`), computed in the tensors' dtype and bucketed as `bucket_counts` does, a chunk
+    at a time.
+
+    Args:
+      before, after: floating-point tensors of one shape, dtype and device.
+    """
     old, new = before.reshape(-1), after.reshape(-1)
+    tables = _bit_tables(old.dtype, old.device) if old.dtype in _INT_OF else None
     total = torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=old.device)
-    for start in range(0, old.numel(), HISTOGRAM_CHUNK_ELEMENTS):
-        w = old[start:start + HISTOGRAM_CHUNK_ELEMENTS]
-        delta = new[start:start + HISTOGRAM_CHUNK_ELEMENTS] - w
-        ratios = torch.where(delta == 0, 0.0, delta.div_(w).abs_())
-        total += bucket_counts(ratios)
+    chunk = (HISTOGRAM_CPU_CHUNK_ELEMENTS if old.device.type == "cpu"
+             else HISTOGRAM_CHUNK_ELEMENTS)
+    for start in range(0, old.numel(), chunk):
+        w, n = old[start:start + chunk], new[start:start + chunk]
+        delta = torch.sub(n, w)
+        if tables is None:
+            total += _bucketized_counts(torch.where(delta == 0, 0.0, delta.div_(w).abs_()))
+            continue
+        bits = delta.div_(w).view(tables.int_dtype)
+        bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
+        counts = _bucket_counts_of_bits(bits, tables)
+        # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0. Reading a count costs nothing on
+        # the CPU, so there this pass runs only when the NaN bucket holds any.
+        if old.device.type != "cpu" or counts[metadata.NAN_BUCKET]:
+            zero_over_zero = torch.count_nonzero((w == 0) & (n == 0))
+            counts[metadata.NAN_BUCKET] -= zero_over_zero
+            counts[metadata.ZERO_BUCKET] += zero_over_zero
+        total += counts
     return total
 
 
 def bucket_counts(values: torch.Tensor) -> torch.Tensor:
-    """int64[NUM_BUCKETS]: `values` (float32 or float64) compared with the protocol's edges
-    in their own precision: the bucket of edges[k] <= x < edges[k + 1] is FIRST_BIN + k.
+    """int64[NUM_BUCKETS] on the values' device: `values` (floating point, any shape)
+    compared with the protocol's edges in their own precision: ZERO_BUCKET for +-0,
+    UNDERFLOW_BUCKET for 0 < x < edges[0] (subnormals too), FIRST_BIN + k for
+    edges[k] <= x < edges[k + 1], OVERFLOW_BUCKET for edges[-1] <= x < inf, INF_BUCKET for
+    +inf, NAN_BUCKET for NaN and negative values. float32 and float64 values are bucketed
+    by their bits (`_BitTables`), others by `torch.bucketize` on the edges in their dtype."""
+    if values.dtype not in _INT_OF:
+        return _bucketized_counts(values)
+    tables = _bit_tables(values.dtype, values.device)
+    return _bucket_counts_of_bits(values.reshape(-1).view(tables.int_dtype), tables)
 
-    One `bucketize` on [smallest positive, edges..., +inf] puts 0 in ZERO_BUCKET, positive
-    values below the first edge (subnormals too) in UNDERFLOW_BUCKET, ..., +inf in
-    INF_BUCKET; then NaN and negative values go to NAN_BUCKET."""
+
+_EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _bucketized_counts(values: torch.Tensor) -> torch.Tensor:
+    """`bucket_counts` by one `bucketize` on [smallest positive, edges..., +inf] in the
+    values' dtype (0 in ZERO_BUCKET, positive values below the first edge in
+    UNDERFLOW_BUCKET, ..., +inf in INF_BUCKET), then NaN and negative values to NAN_BUCKET."""
     key = (values.dtype, values.device)
     boundaries = _EDGES.get(key)
     if boundaries is None:
@@ -138,3 +282,16 @@ def bucket_counts(values: torch.Tensor) -> torch.Tensor:
     ids = torch.bucketize(values, boundaries, right=True)
     ids = torch.where(values >= 0, ids, metadata.NAN_BUCKET)
     return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
+
+
+def _bucket_counts_of_bits(bits: torch.Tensor, tables: _BitTables) -> torch.Tensor:
+    """int64[NUM_BUCKETS]: the counts of the values whose bits are the vector `bits`."""
+    width = torch.iinfo(tables.int_dtype).bits
+    fine = torch.bitwise_right_shift(bits, tables.shift).bitwise_and_(tables.fine_bins - 1)
+    below = tables.thresholds.index_select(0, fine)
+    torch.sub(bits, below, out=below)  # within one fine bin: no overflow
+    below.bitwise_right_shift_(width - 1)  # -1 below the bin's threshold, else 0
+    fine.sub_(below, alpha=tables.fine_bins)  # the key: fine bin, + fine_bins below
+    keys = torch.bincount(fine, minlength=2 * tables.fine_bins)
+    return torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=bits.device).index_add_(
+        0, tables.buckets, keys)
