@@ -93,3 +93,23 @@ def test_the_facts_of_a_block_are_their_definitions(seed):
             from_logs = cells_module.group_medians(log_v[rows])
             np.testing.assert_array_equal(from_logs[0], peer[rows])
             np.testing.assert_array_equal(from_logs[1], group[rows])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_layers_median_and_last_are_their_definitions(seed):
+    """judge_layers' median: np.median of the float64 finite ratios of judged steps; last:
+    the ratio at the last logged step (the matrix holds float32)."""
+    from tb_wur_plugin.judgement import judge
+    from tb_wur_plugin.read.heatmap import RunMatrix
+
+    rng = np.random.default_rng(seed)
+    values, present, skipped, _, _ = _block(rng)
+    matrix = RunMatrix(tuple(f"l{i}" for i in range(len(values))),
+                       np.arange(values.shape[1], dtype=np.int64), values, present, skipped)
+    for row, layer in enumerate(judge.judge_layers(matrix)):
+        v = values[row].astype(np.float64)
+        finite = v[present[row] & ~skipped & np.isfinite(v)]
+        assert layer["median"] == (float(np.median(finite)) if len(finite) else None)
+        logged = np.flatnonzero(present[row])
+        want = float(v[logged[-1]]) if len(logged) else None
+        assert layer["last"] == want or (math.isnan(want) and math.isnan(layer["last"]))
