@@ -398,11 +398,27 @@ def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray
     return columns[starts[long[0]]:ends[long[0]]]
 
 
+# A layer's median: of more values than this, the two middle ones are first bracketed by two
+# values of a sample of about _SAMPLE of them, _MARGIN ranks either side of its middle.
+_BRACKET_FROM, _SAMPLE, _MARGIN = 4096, 1024, 64
+
+
 def _median(values: np.ndarray) -> float:
     """np.median of `values` (finite, at least one) as float64, the two middle values found
-    in `values`' own dtype (float32 as the matrix holds them: half the bytes to partition)."""
+    in `values`' own dtype (float32 as the matrix holds them). Of many values, only those
+    between two bracketing values of a sample are partitioned (the values below them known
+    by their count), unless the middle ones fall outside."""
     n = len(values)
-    middle = np.partition(values, [(n - 1) // 2, n // 2])[[(n - 1) // 2, n // 2]]
+    ks = [(n - 1) // 2, n // 2]
+    if n > _BRACKET_FROM:
+        sample = np.sort(values[:: n // _SAMPLE])
+        m = len(sample) // 2
+        low, high = sample[max(m - _MARGIN, 0)], sample[min(m + _MARGIN, len(sample) - 1)]
+        below = np.count_nonzero(values < low)
+        inside = values[(values >= low) & (values <= high)]
+        if below <= ks[0] and ks[1] < below + len(inside):
+            values, ks = inside, [ks[0] - below, ks[1] - below]
+    middle = np.partition(values, ks)[ks]
     return float(np.mean(middle.astype(np.float64)))
 
 
