@@ -74,11 +74,13 @@ def cells_of(
     skipped = p & skipped_steps[None, :]
     judged = p & ~skipped
     with np.errstate(invalid="ignore"):
-        finite = judged & np.isfinite(v)
-        positive = finite & (v > 0)
-        broken = p & ~(v >= 0)  # NaN or negative
-        infinite = p & (v == np.inf)
-        nonfinite = p & ~np.isfinite(v)
+        # (against 0 and inf, in the ratios' own dtype: both exact in any float)
+        is_finite = np.isfinite(values)
+        finite = judged & is_finite
+        positive = finite & (values > 0)
+        broken = p & ~(values >= 0)  # NaN or negative
+        infinite = p & (values == np.inf)
+        nonfinite = p & ~is_finite
         below = finite & (v < counting_band[0])
         above = finite & (v > counting_band[1])
         # the run moves at a step when another layer's finite ratio is at least

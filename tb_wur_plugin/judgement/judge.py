@@ -344,7 +344,7 @@ class _JudgedRun:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
         n = len(self.matrix.steps)
         for row in range(len(self.matrix.tags)):
-            c = {name: np.unpackbits(b[row], count=n).astype(bool)
+            c = {name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
                  for name, b in self._bits.items()}
             found = {}
             for reasons in self.rules.values():
