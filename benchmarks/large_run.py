@@ -14,8 +14,9 @@ Per loader:
 - heatmap_cold_s / heatmap_warm_s: /heatmap?columns=COLUMNS of the run, the first request
   after loading and the median of 5 more (the same answer, kept); heatmap_new_range_s: the
   median of 3 ranges not asked before (computed anew over the cached matrix);
-- flags_s: /flags of the run (the default judgement), the first request;
-- export_s: /export?format=csv of the run, the whole body read.
+- flags_s: /flags of the run (the default judgement), the first request; flags_again_s: the
+  median of 3 more (the same answer, kept while the run's data is current);
+- export_s: /export?format=csv of the run, the whole body read (`--no-export`: not asked).
 
 `--profile`: the same reads in-process (run_data.RunData over the data server's gRPC
 provider, as `--load_fast=true`, and over the Python loader's MultiplexerDataProvider), each
@@ -26,6 +27,10 @@ step timed and the top of cProfile's cumulative listing printed, to see what is 
     python benchmarks/large_run.py --profile
     python benchmarks/large_run.py --smoke               # 20 x 200, for CI
     python benchmarks/large_run.py --layers 1000 --steps 100000 --loaders fast
+    python benchmarks/large_run.py --layers 1000 --steps 100000 --loaders fast \
+        --data /tmp/large_runs --no-export
+
+`--data DIR`: where the runs are written and kept (default benchmarks/.data).
 """
 
 from __future__ import annotations
@@ -122,7 +127,9 @@ class GroupRSS:
         self._thread.join()
 
 
-def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -> dict:
+def serve(
+    logdir: str, load_fast: bool, layers: int, steps: int, columns: int, export: bool = True
+) -> dict:
     began = time.perf_counter()
     with TensorBoardServer(logdir, load_fast) as server:
         serving = time.perf_counter() - began
@@ -157,10 +164,14 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             new_range = statistics.median(
                 timed(f"{heatmap}&start={k}&end={steps - 1 - k}", gzip)[0] for k in (1, 2, 3))
             runs_warm = statistics.median(timed("/data/plugin/wur/runs")[0] for _ in range(3))
-            flags_s, _ = timed("/data/plugin/wur/flags?run=run")
-            export, csv_body = timed("/data/plugin/wur/export?run=run&format=csv")
-            rows = csv_body.count(b"\n") - 1
-            assert rows == layers * steps, rows
+            flags_s, flags_body = timed("/data/plugin/wur/flags?run=run")
+            flags_again = statistics.median(
+                timed("/data/plugin/wur/flags?run=run")[0] for _ in range(3))
+            export_s, csv_body = None, b""
+            if export:
+                export_s, csv_body = timed("/data/plugin/wur/export?run=run&format=csv")
+                rows = csv_body.count(b"\n") - 1
+                assert rows == layers * steps, rows
         return {
             "loader": "fast" if load_fast else "python",
             "serving_s": round(serving, 1),
@@ -175,7 +186,9 @@ def serve(logdir: str, load_fast: bool, layers: int, steps: int, columns: int) -
             "heatmap_gzip_bytes": len(body),
             "runs_warm_s": round(runs_warm, 3),
             "flags_s": round(flags_s, 2),
-            "export_s": round(export, 2),
+            "flags_again_s": round(flags_again, 3),
+            "flagged_layers": len(json.loads(flags_body)["layers"]),
+            "export_s": None if export_s is None else round(export_s, 2),
             "export_bytes": len(csv_body),
         }
 
@@ -243,11 +256,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--layout", choices=("packed", "per_tag"), default="packed")
+    parser.add_argument("--data", default=os.path.join(HERE, ".data"))
+    parser.add_argument("--no-export", action="store_true")
     args = parser.parse_args()
     if args.smoke:
         args.layers, args.steps, args.columns = 20, 200, 100
     LAYERS, STEPS = args.layers, args.steps
-    path = os.path.join(HERE, ".data", f"large_run_{args.layout}_{args.layers}x{args.steps}")
+    path = os.path.join(args.data, f"large_run_{args.layout}_{args.layers}x{args.steps}")
     written = write_run(path, args.layers, args.steps, args.layout == "packed")
     size = event_bytes(path)
     print(json.dumps({
@@ -260,8 +275,8 @@ def main() -> None:
         if args.profile:
             profile(path, load_fast, args.columns, args.top)
         else:
-            print(json.dumps(serve(path, load_fast, args.layers, args.steps, args.columns)),
-                  flush=True)
+            print(json.dumps(serve(path, load_fast, args.layers, args.steps, args.columns,
+                                   not args.no_export)), flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ judgement of `/flags` (`judge.flag_layers`, the default judgement) and the reduc
 2,000 columns, the matrix's cell classes already computed as after the first heatmap).
 
     PYTHONPATH=. .venv/bin/python benchmarks/read_side.py [--layers 1000] [--steps 100000]
-        [--rounds 3] [--what flags,heatmap]
+        [--rounds 3] [--what flags,heatmap] [--smoke]
 
 Run it with PYTHONPATH at another tree to measure that tree's code (the script imports
 only the package). The ratios are large_run.py's: each layer its own level, 10 ** U(-5, -1),
@@ -52,7 +52,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--what", default="flags,heatmap")
     parser.add_argument("--columns", type=int, default=2000)
+    parser.add_argument("--smoke", action="store_true", help="20 layers x 300 steps, 1 round")
     args = parser.parse_args()
+    if args.smoke:
+        args.layers, args.steps, args.rounds, args.columns = 20, 300, 1, 100
     matrix = synthetic_matrix(args.layers, args.steps)
     matrix.classes  # computed by the first heatmap of the run
     for what in args.what.split(","):

@@ -74,11 +74,13 @@ def cells_of(
     skipped = p & skipped_steps[None, :]
     judged = p & ~skipped
     with np.errstate(invalid="ignore"):
-        finite = judged & np.isfinite(v)
-        positive = finite & (v > 0)
-        broken = p & ~(v >= 0)  # NaN or negative
-        infinite = p & (v == np.inf)
-        nonfinite = p & ~np.isfinite(v)
+        # (against 0 and inf, in the ratios' own dtype: both exact in any float)
+        is_finite = np.isfinite(values)
+        finite = judged & is_finite
+        positive = finite & (values > 0)
+        broken = p & ~(values >= 0)  # NaN or negative
+        infinite = p & (values == np.inf)
+        nonfinite = p & ~is_finite
         below = finite & (v < counting_band[0])
         above = finite & (v > counting_band[1])
         # the run moves at a step when another layer's finite ratio is at least
@@ -91,10 +93,13 @@ def cells_of(
     # group's median, the layer included (NaN: too few layers); ranked by the ratios as
     # given (log10 keeps their order)
     ranked = np.where(positive, values, np.nan)
-    peer_log = np.full(v.shape, np.nan)
-    group_log = np.full(v.shape, np.nan)
-    for rows in group_rows:
-        peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
+    if len(group_rows) == 1 and np.array_equal(group_rows[0], np.arange(len(v))):  # every row
+        peer_log, group_log = group_medians(log_v, ranked)
+    else:
+        peer_log = np.full(v.shape, np.nan)
+        group_log = np.full(v.shape, np.nan)
+        for rows in group_rows:
+            peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         # the gap to the group's median confirms it: among a few layers, one odd layer drags
@@ -148,12 +153,12 @@ def _medians(
 
     With a column's n non-NaN values sorted, r_0 <= ... <= r_{n-1}, the k-th smallest of
     the others of a cell holding v is r_k when v > r_k, else r_{k+1} (removing one copy of
-    v); a NaN cell's others are all n. A median is the mean of the two middle values."""
+    v); a NaN cell's others are all n. A median is the mean of the two middle values: of a
+    cell's others, by where v lies against the two middle ones, one of three per column.
+    The arrays returned may be read-only broadcasts."""
     n_rows, n_cols = values.shape
-    peer = np.full(values.shape, np.nan)
-    group = np.full(values.shape, np.nan)
     if n_cols == 0:
-        return peer, group
+        return np.full(values.shape, np.nan), np.full(values.shape, np.nan)
     # [S, L]: each column's values (or ratios) ascending, NaN last
     ranked = np.sort((values if ratios is None else ratios).T, axis=1)
     valid = ~np.isnan(values)
@@ -165,18 +170,18 @@ def _medians(
         return r_k if ratios is None else np.log10(r_k, dtype=np.float64)
 
     middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
-    enough = count >= min_layers
-    group[:, enough] = middle[None, enough]
+    group = np.broadcast_to(np.where(count >= min_layers, middle, np.nan), values.shape)
     if n_rows < 2:
-        return peer, group
-
-    def nth_other(k: np.ndarray) -> np.ndarray:  # [L, S]: the k-th of each cell's others
-        r_k, r_next = nth(k)[None, :], nth(k + 1)[None, :]
-        return np.where(values > r_k, r_k, r_next)
-
+        return np.full(values.shape, np.nan), group
+    # a cell's others: the two middle ones are its (lo)-th and (hi)-th smallest
     lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
-    median = np.where(valid, (nth_other(lo) + nth_other(hi)) / 2, middle[None, :])
-    others = count[None, :] - valid
-    has_enough = others >= max(min_others, 1)
-    peer[has_enough] = median[has_enough]
+    r_lo, r_lo_next, r_hi, r_hi_next = nth(lo), nth(lo + 1), nth(hi), nth(hi + 1)
+    least = max(min_others, 1)
+    enough = count - 1 >= least  # a non-NaN cell's others
+    above = np.where(enough, (r_lo + r_hi) / 2, np.nan)  # v > r_hi
+    between = np.where(enough, (r_lo + r_hi_next) / 2, np.nan)  # r_lo < v <= r_hi
+    below = np.where(enough, (r_lo_next + r_hi_next) / 2, np.nan)  # v <= r_lo
+    of_nan = np.where(count >= least, middle, np.nan)  # a NaN cell: all n are its others
+    peer = np.where(values > r_hi, above,
+                    np.where(values > r_lo, between, np.where(valid, below, of_nan)))
     return peer, group

@@ -162,11 +162,10 @@ def judge_layers(
     steps = matrix.steps
     layers = []
     for row, c, found in run.rows():
-        v_row = matrix.values[row].astype(np.float64)
         below_row, above_row = c["below"], c["above"]
         logged_cols = np.flatnonzero(c["present"])
         n_judged = int(c["judged"].sum())
-        finite_values = v_row[c["finite"]]
+        finite_values = matrix.values[row][c["finite"]]
         since = reason = None
         if found:
             reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
@@ -178,8 +177,8 @@ def judge_layers(
         layer = {
             "tag": matrix.tags[row],
             "logged_steps": len(logged_cols),
-            "median": float(np.median(finite_values)) if len(finite_values) else None,
-            "last": float(v_row[logged_cols[-1]]) if len(logged_cols) else None,
+            "median": _median(finite_values) if len(finite_values) else None,
+            "last": float(matrix.values[row, logged_cols[-1]]) if len(logged_cols) else None,
             "above": int(above_row.sum()),
             "below": int(below_row.sum()),
             "nonfinite": int(c["nonfinite"].sum()),
@@ -317,10 +316,11 @@ class _JudgedRun:
         for row in range(n_layers):
             v_row = matrix.values[row]
             with np.errstate(invalid="ignore"):
-                moved = np.flatnonzero(matrix.present[row] & ~skipped_steps & (v_row > 0))
-            if len(moved):
-                first_move[row] = moved[0]
-            from_zero.append(bool(len(moved)) and v_row[moved[0]] == np.inf)
+                moved = matrix.present[row] & ~skipped_steps & (v_row > 0)
+            first = int(np.argmax(moved)) if n_steps else 0
+            if n_steps and moved[first]:
+                first_move[row] = first
+            from_zero.append(bool(n_steps and moved[first]) and v_row[first] == np.inf)
         self.groups = list(zip(self.kinds, from_zero))
         group_rows = [[i for i, g in enumerate(self.groups) if g == group]
                       for group in set(self.groups)]
@@ -344,7 +344,7 @@ class _JudgedRun:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
         n = len(self.matrix.steps)
         for row in range(len(self.matrix.tags)):
-            c = {name: np.unpackbits(b[row], count=n).astype(bool)
+            c = {name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
                  for name, b in self._bits.items()}
             found = {}
             for reasons in self.rules.values():
@@ -384,6 +384,8 @@ class _JudgedRun:
 def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
     """The columns of the first run of at least `patience` hits among the `evaluable`
     columns (non-evaluable columns neither extend nor break it); None when there is none."""
+    if np.count_nonzero(hit) < patience:  # fewer hits than a streak, judged or not
+        return None
     columns = np.flatnonzero(evaluable)
     seq = hit[columns]
     if seq.sum() < patience:
@@ -394,6 +396,30 @@ def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray
     if not len(long):
         return None
     return columns[starts[long[0]]:ends[long[0]]]
+
+
+# A layer's median: of more values than this, the two middle ones are first bracketed by two
+# values of a sample of about _SAMPLE of them, _MARGIN ranks either side of its middle.
+_BRACKET_FROM, _SAMPLE, _MARGIN = 4096, 1024, 64
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median of `values` (finite, at least one) as float64, the two middle values found
+    in `values`' own dtype (float32 as the matrix holds them). Of many values, only those
+    between two bracketing values of a sample are partitioned (the values below them known
+    by their count), unless the middle ones fall outside."""
+    n = len(values)
+    ks = [(n - 1) // 2, n // 2]
+    if n > _BRACKET_FROM:
+        sample = np.sort(values[:: n // _SAMPLE])
+        m = len(sample) // 2
+        low, high = sample[max(m - _MARGIN, 0)], sample[min(m + _MARGIN, len(sample) - 1)]
+        below = np.count_nonzero(values < low)
+        inside = values[(values >= low) & (values <= high)]
+        if below <= ks[0] and ks[1] < below + len(inside):
+            values, ks = inside, [ks[0] - below, ks[1] - below]
+    middle = np.partition(values, ks)[ks]
+    return float(np.mean(middle.astype(np.float64)))
 
 
 def _first(steps: np.ndarray) -> int | None:

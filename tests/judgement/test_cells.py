@@ -93,3 +93,48 @@ def test_the_facts_of_a_block_are_their_definitions(seed):
             from_logs = cells_module.group_medians(log_v[rows])
             np.testing.assert_array_equal(from_logs[0], peer[rows])
             np.testing.assert_array_equal(from_logs[1], group[rows])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_layers_median_and_last_are_their_definitions(seed):
+    """judge_layers' median: np.median of the float64 finite ratios of judged steps; last:
+    the ratio at the last logged step (the matrix holds float32)."""
+    from tb_wur_plugin.judgement import judge
+    from tb_wur_plugin.read.heatmap import RunMatrix
+
+    rng = np.random.default_rng(seed)
+    values, present, skipped, _, _ = _block(rng)
+    matrix = RunMatrix(tuple(f"l{i}" for i in range(len(values))),
+                       np.arange(values.shape[1], dtype=np.int64), values, present, skipped)
+    for row, layer in enumerate(judge.judge_layers(matrix)):
+        v = values[row].astype(np.float64)
+        finite = v[present[row] & ~skipped & np.isfinite(v)]
+        assert layer["median"] == (float(np.median(finite)) if len(finite) else None)
+        logged = np.flatnonzero(present[row])
+        want = float(v[logged[-1]]) if len(logged) else None
+        assert layer["last"] == want or (math.isnan(want) and math.isnan(layer["last"]))
+
+
+@pytest.mark.parametrize("shape", ["random", "ties", "equal", "sorted", "skewed"])
+def test_the_median_of_a_long_layer_is_np_median(shape):
+    """Of many steps the two middle ratios are bracketed from a sample first: whatever the
+    ratios' order and ties, the median is np.median's."""
+    from tb_wur_plugin.judgement import judge
+    from tb_wur_plugin.read.heatmap import RunMatrix
+
+    rng = np.random.default_rng(len(shape))
+    for n in (4097, 5000, 20_001, 20_002):
+        row = (10.0 ** rng.normal(-3, 1, n)).astype(np.float32)
+        if shape == "ties":
+            row = rng.choice(row[:5], n)
+        elif shape == "equal":
+            row[:] = row[0]
+        elif shape == "sorted":
+            row = np.sort(row)
+        elif shape == "skewed":  # the sample's stride lands on the small half only
+            row[::n // 1024] = 1e-9
+        present = np.ones((1, n), bool)
+        matrix = RunMatrix(("l",), np.arange(n, dtype=np.int64), row[None, :], present,
+                           np.zeros(n, bool))
+        (layer,) = judge.judge_layers(matrix)
+        assert layer["median"] == float(np.median(row.astype(np.float64))), n

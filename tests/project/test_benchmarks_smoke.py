@@ -65,6 +65,11 @@ def test_large_run_benchmark_smoke():
         assert key in out
 
 
+def test_read_side_benchmark_smoke():
+    out = _run("read_side.py")
+    assert '"what": "flags"' in out and '"what": "heatmap"' in out and '"median_s"' in out
+
+
 def test_spectral_benchmark_smoke():
     out = _run("spectral.py", "--frameworks", "jax")
     for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
