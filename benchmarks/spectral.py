@@ -19,7 +19,8 @@ Variants (per framework):
 Workloads (--model):
   blocks  12 pre-norm transformer blocks, d_model 256, 4 heads, feed-forward 1024, a batch of
           8 sequences of 64 tokens (48 matrices of 256×256 to 256×1024 and their biases and
-          norms); PyTorch and JAX
+          norms); PyTorch, JAX and TensorFlow (`wur_summary.watch` in a `tf.function`, the
+          logged step traced under a writer, the other step traced without one)
   gpt2    GPT-2 small (transformers' GPT2LMHeadModel: 12 layers, n_embd 768, 12 heads, vocab
           50257; random initialisation, nothing downloaded), a batch of 8 sequences of 512
           random tokens, the language-model loss; PyTorch only
@@ -32,6 +33,7 @@ largest eigenvalue of the smaller Gram matrix).
   python benchmarks/spectral.py                  # the table of benchmarks/RESULTS.md
   python benchmarks/spectral.py --smoke          # tiny sizes, seconds
   python benchmarks/spectral.py --frameworks jax # one framework
+  python benchmarks/spectral.py --frameworks tf
   python benchmarks/spectral.py --frameworks torch --model gpt2 --device cuda --check
 """
 
@@ -46,6 +48,8 @@ import time
 from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
 
 from tb_wur_plugin.writer import SummaryWriter  # noqa: E402
 
@@ -271,7 +275,116 @@ def jax_variants(size: dict[str, int], logdir: str,
     }
 
 
-FRAMEWORKS = {"torch": torch_variants, "jax": jax_variants}
+def tf_variants(size: dict[str, int], logdir: str,
+                device: str) -> dict[str, tuple[Variant, Variant, Variant]]:
+    """name -> (setup, step, teardown) for `wur_summary.watch` in a `tf.function` training
+    step on TensorFlow's default device (`device` is not used: `main` allows only "cpu"),
+    the recommended pattern: the logged step traced under a writer, the other step a
+    function traced without one; Δw from the Keras Adam optimizer (`optimizer=`)."""
+    import keras
+    import tensorflow as tf
+
+    from tb_wur_plugin import wur_summary
+
+    width, hidden, heads = size["width"], size["hidden"], size["heads"]
+    rng = np.random.default_rng(0)
+
+    def variable(shape: tuple[int, ...], name: str, scale: float | None = None) -> Any:
+        value = (np.zeros(shape) if scale is None
+                 else rng.standard_normal(shape) * scale)
+        return keras.Variable(value.astype("float32"), name=name)
+
+    def dense(block: int, name: str, fan_in: int, fan_out: int) -> dict:
+        return {"kernel": variable((fan_in, fan_out), f"block_{block}_{name}_kernel",
+                                   fan_in ** -0.5),
+                "bias": variable((fan_out,), f"block_{block}_{name}_bias")}
+
+    def norm(block: int, name: str) -> dict:
+        return {"scale": keras.Variable(np.ones(width, "float32"),
+                                        name=f"block_{block}_{name}_scale"),
+                "bias": variable((width,), f"block_{block}_{name}_bias")}
+
+    params = [{"norm_1": norm(i, "norm_1"), "qkv": dense(i, "qkv", width, 3 * width),
+               "out": dense(i, "out", width, width), "norm_2": norm(i, "norm_2"),
+               "up": dense(i, "up", width, hidden), "down": dense(i, "down", hidden, width)}
+              for i in range(size["blocks"])]
+    variables = [v for block in params for layer in block.values() for v in layer.values()]
+    x = tf.constant(rng.standard_normal((size["batch"], size["tokens"], width)), tf.float32)
+
+    def layer_norm(p: dict, h: tf.Tensor) -> tf.Tensor:
+        mean, variance = tf.nn.moments(h, axes=[-1], keepdims=True)
+        return (h - mean) * tf.math.rsqrt(variance + 1e-5) * p["scale"] + p["bias"]
+
+    def apply(p: dict, h: tf.Tensor) -> tf.Tensor:
+        return tf.tensordot(h, p["kernel"], 1) + p["bias"]
+
+    def block(p: dict, h: tf.Tensor) -> tf.Tensor:
+        b, t = size["batch"], size["tokens"]
+        q, k, v = tf.split(apply(p["qkv"], layer_norm(p["norm_1"], h)), 3, axis=-1)
+        split = lambda a: tf.transpose(tf.reshape(a, [b, t, heads, width // heads]),
+                                       [0, 2, 1, 3])
+        attention = tf.nn.softmax(tf.matmul(split(q), split(k), transpose_b=True)
+                                  / (width // heads) ** 0.5)
+        mixed = tf.reshape(tf.transpose(tf.matmul(attention, split(v)), [0, 2, 1, 3]),
+                           [b, t, width])
+        h = h + apply(p["out"], mixed)
+        return h + apply(p["down"], tf.nn.gelu(apply(p["up"], layer_norm(p["norm_2"], h))))
+
+    optimizer = keras.optimizers.Adam(1e-4)
+    optimizer.build(variables)
+
+    def gradients() -> list:
+        with tf.GradientTape() as tape:
+            h = x
+            for p in params:
+                h = block(p, h)
+            loss = tf.reduce_mean(h**2)
+        return tape.gradient(loss, variables)
+
+    def bare_body() -> None:
+        optimizer.apply_gradients(zip(gradients(), variables))
+
+    def watched_body(spectral: bool) -> None:
+        grads = gradients()
+        with wur_summary.watch(variables, step=optimizer.iterations, optimizer=optimizer,
+                               spectral=spectral):
+            optimizer.apply_gradients(zip(grads, variables))
+
+    bare = tf.function(bare_body)
+    functions = {spectral: (tf.function(lambda s=spectral: watched_body(s)),
+                            tf.function(lambda s=spectral: watched_body(s)))
+                 for spectral in (False, True)}
+    # one writer: a function traced under a writer keeps that writer
+    writer = tf.summary.create_file_writer(os.path.join(logdir, "tf"))
+    state: dict = {}
+
+    def start(spectral: bool, logged: bool) -> Variant:
+        def setup() -> None:
+            if logged:
+                state["context"] = writer.as_default()
+                state["context"].__enter__()
+            state["step"] = functions[spectral][0 if logged else 1]
+            state["step"]()  # the first logged step is a cold start, before the timing
+        return setup
+
+    def stop() -> None:
+        if "context" in state:
+            state.pop("context").__exit__(None, None, None)  # flushes the writer
+
+    nothing: Variant = lambda: None
+    bare()  # trace
+    step: Variant = lambda: state["step"]()
+    return {
+        "bare": (nothing, bare, nothing),
+        "bare again": (nothing, bare, nothing),
+        "frobenius: logged": (start(False, True), step, stop),
+        "frobenius: other step": (start(False, False), step, stop),
+        "spectral: logged": (start(True, True), step, stop),
+        "spectral: other step": (start(True, False), step, stop),
+    }
+
+
+FRAMEWORKS = {"torch": torch_variants, "jax": jax_variants, "tf": tf_variants}
 
 
 def timed(variant: tuple[Variant, Variant, Variant], steps: int, synchronize: Variant) -> float:
@@ -305,8 +418,10 @@ def main() -> None:
                         help="PyTorch: also check one logged step against float64")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds")
     args = parser.parse_args()
-    if "jax" in args.frameworks and (args.model != "blocks" or args.device != "cpu"):
-        parser.error("JAX runs --model blocks on --device cpu only: pass --frameworks torch")
+    for name, label in (("jax", "JAX"), ("tf", "TensorFlow")):
+        if name in args.frameworks and (args.model != "blocks" or args.device != "cpu"):
+            parser.error(f"{label} runs --model blocks on --device cpu only: "
+                         "pass --frameworks torch")
     rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
     size = sizes(args.smoke, args.model)
     print(f"workload: {args.model} {size}; {rounds} rounds × {steps} steps per timing")

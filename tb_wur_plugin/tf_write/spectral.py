@@ -2,7 +2,11 @@
 the Keras callback: the Golub–Kahan–Lanczos iterations and stopping rule of
 `tb_wur_plugin.arrays.spectral` as one `tf.while_loop` per batch of matrices of one shape,
 warm-started from the previous logged step's vectors, kept per variable in non-trainable
-variables (`warm_vectors`)."""
+variables (`warm_vectors`). Matrices of few columns once oriented (`spectral.uses_gram`)
+take the equivalent symmetric Lanczos iterations on their Gram matrices MᵀM (σ₁ = √λ₁), as
+`arrays.torch_spectral` and `arrays.jax_spectral` do: each iteration reads a columns ×
+columns matrix once instead of the matrix twice, and the matrices are not stacked (copied)
+into a batch."""
 
 from __future__ import annotations
 
@@ -92,7 +96,7 @@ def spectral_ratios(
       float64[n]: the ratios, with the protocol's conventions (0 when ΔW = 0, +inf when
       W = 0 ≠ ΔW, NaN when either is not finite).
     """
-    matrices, starts, targets = [], [], []
+    matrices, transposed, vectors_of = [], [], []
     for old, new, change, (weight_vector, update_vector) in zip(before, after, changes, vectors):
         shape = spectral.matrix_shape(old.shape.as_list(), spectral.TRAILING_FAN_OUT)
         work = _work_dtype(old.dtype)
@@ -102,28 +106,37 @@ def spectral_ratios(
         else:
             update = tf.cast(change, work)
         for matrix, vector in ((weights, weight_vector), (update, update_vector)):
-            matrix = tf.reshape(matrix, shape)
-            matrices.append(tf.transpose(matrix) if shape[1] > shape[0] else matrix)
-            starts.append(vector)
-            targets.append(vector)
+            matrices.append(tf.reshape(matrix, shape))
+            transposed.append(shape[1] > shape[0])  # `spectral.oriented`
+            vectors_of.append(vector)
+    # Those iterated on their Gram matrices go together by the Gram matrices' shape (the
+    # matrices are not copied, and the Krylov limit depends on the columns only).
     groups: dict[tuple, list[int]] = {}
     for i, matrix in enumerate(matrices):
-        if matrix.shape.num_elements() > STACKED_MAX_ELEMENTS:
+        oriented = spectral.oriented(matrix.shape.as_list())
+        if spectral.uses_gram(oriented):
+            groups.setdefault(("gram", oriented[1], matrix.dtype), []).append(i)
+        elif matrix.shape.num_elements() > STACKED_MAX_ELEMENTS:
             groups[("alone", i)] = [i]
         else:
             groups.setdefault((tuple(matrix.shape.as_list()), matrix.dtype), []).append(i)
     sigmas: list[Any] = [None] * len(matrices)
     assigns = []
-    for indices in groups.values():
-        batch = tf.stack([matrices[i] for i in indices])
-        start = tf.stack([starts[i].read_value() for i in indices])
+    for key, indices in groups.items():
+        start = tf.stack([vectors_of[i].read_value() for i in indices])
         start = spectral.warm_start(
             start, tf.constant(spectral.cold_start(start.shape[1]), start.dtype)[None])
-        sigma, top = _lanczos(batch, start)
+        if key[0] == "gram":
+            grams = tf.stack([_gram(matrices[i], transposed[i]) for i in indices])
+            sigma, top = _gram_lanczos(grams, start)
+        else:
+            batch = tf.stack([tf.transpose(matrices[i]) if transposed[i] else matrices[i]
+                              for i in indices])
+            sigma, top = _lanczos(batch, start)
         for j, i in enumerate(indices):
             sigmas[i] = sigma[j]
-            assigns.append(targets[i].assign(
-                tf.where(tf.math.is_finite(sigma[j]), top[j], targets[i].read_value()),
+            assigns.append(vectors_of[i].assign(
+                tf.where(tf.math.is_finite(sigma[j]), top[j], vectors_of[i].read_value()),
                 read_value=False,
             ))
     with tf.control_dependencies(assigns):
@@ -136,6 +149,90 @@ def spectral_ratios(
 
 def _work_dtype(dtype: tf.DType) -> tf.DType:
     return tf.float64 if dtype.base_dtype == tf.float64 else tf.float32
+
+
+def _gram(matrix: tf.Tensor, transposed: bool) -> tf.Tensor:
+    """The Gram matrix MᵀM of `matrix` `spectral.oriented` (MMᵀ of `matrix` when
+    `transposed`), without a transposed copy."""
+    return tf.matmul(matrix, matrix, transpose_a=not transposed, transpose_b=transposed)
+
+
+def _gram_lanczos(grams: tf.Tensor, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """As `_lanczos`, by symmetric Lanczos iterations (full reorthogonalisation) on the Gram
+    matrices `grams` [b, n, n] of oriented matrices (`spectral.oriented`; the same Krylov space from the
+    same start vectors, the same stopping rule): σ₁ = √λ₁ (float64[b]) and the top
+    eigenvectors ([b, n]). A residual below `spectral.GRAM_BREAKDOWN` times the largest
+    Rayleigh quotient so far ends a matrix's basis (its later vectors are zero)."""
+    b, _, n = grams.shape.as_list()
+    limit = spectral.krylov_limit(n, n)  # oriented: as many rows as columns, or more
+    dtype = grams.dtype
+    start = start / _safe(tf.norm(start, axis=1, keepdims=True))
+    basis = tf.concat([start[:, None], tf.zeros([b, limit, n], dtype)], 1)
+    slots = tf.range(limit + 1)
+
+    def body(j, basis, alphas, betas, scale, previous, done):
+        row = tf.cast(tf.equal(slots, j), dtype)  # the one-hot slot j of the basis
+        v_j = tf.gather(basis, j, axis=1)
+        w = tf.matmul(v_j[:, None], grams)[:, 0]  # (vᵀG)ᵀ = Gv: G is symmetric
+        alpha = tf.reduce_sum(w * v_j, axis=1, keepdims=True)
+        scale = tf.maximum(scale, alpha)  # the largest Rayleigh quotient so far
+        w = _orthogonalised(w, basis[:, : j + 1])  # the vectors so far
+        beta = tf.norm(w, axis=1, keepdims=True)
+        beta = tf.where(beta > spectral.GRAM_BREAKDOWN * scale, beta, tf.zeros_like(beta))
+        basis = basis + tf.roll(row, 1, 0)[None, :, None] * (w / _safe(beta))[:, None]
+        alphas = alphas + row[None, :limit] * alpha
+        betas = betas + row[None, :limit] * beta
+        j = j + 1
+
+        def check():
+            sigma, _ = _tridiagonal_top(alphas, betas, j, vectors=False)
+            settled = (sigma - previous <= spectral.INCREMENT_TOLERANCE * sigma) | (
+                tf.equal(sigma, 0) | ~tf.math.is_finite(sigma))
+            return sigma, tf.reduce_all(settled) | (j >= limit)
+
+        previous, done = tf.cond(
+            tf.equal(j % spectral.ROUND, 0) | (j >= limit), check, lambda: (previous, done)
+        )
+        return j, basis, alphas, betas, scale, previous, done
+
+    carry = (
+        tf.constant(0), basis, tf.zeros([b, limit], dtype), tf.zeros([b, limit], dtype),
+        tf.zeros([b, 1], dtype), tf.zeros([b], tf.float64), tf.constant(False),
+    )
+    j, basis, alphas, betas, *_ = tf.while_loop(
+        lambda j, *rest: ~rest[-1], body, carry, maximum_iterations=limit
+    )
+    sigma, y = _tridiagonal_top(alphas, betas, j)
+    top = tf.einsum("bk,bkn->bn", tf.cast(y, dtype), basis[:, :limit])
+    return sigma, top / _safe(tf.norm(top, axis=1, keepdims=True))
+
+
+def _tridiagonal_top(
+    alphas: tf.Tensor, betas: tf.Tensor, k: tf.Tensor, vectors: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """√ of the largest eigenvalue, clipped at 0 (float64[b]), of the k × k symmetric
+    tridiagonal T_k (diagonal α_0..k−1, off-diagonal β_0..k−2; `alphas` and `betas`
+    [b, limit], k ≥ 1 a scalar tensor), NaN where T_k is not finite; and with `vectors`
+    its unit eigenvector ([b, limit], zero beyond k), else None."""
+    diagonal = tf.cast(alphas[:, :k], tf.float64)
+    off = tf.cast(betas[:, : k - 1], tf.float64)
+    finite = tf.reduce_all(tf.math.is_finite(diagonal), 1) & tf.reduce_all(
+        tf.math.is_finite(off), 1)
+    diagonal = tf.where(finite[:, None], diagonal, 0.0)
+    off = tf.where(finite[:, None], off, 0.0)
+    matrices = (tf.linalg.diag(diagonal)
+                + tf.linalg.diag(off, k=1, num_rows=k, num_cols=k)
+                + tf.linalg.diag(off, k=-1, num_rows=k, num_cols=k))
+    if vectors:
+        values, eigenvectors = tf.linalg.eigh(matrices)  # ascending
+    else:
+        values, eigenvectors = tf.linalg.eigvalsh(matrices), None
+    sigma = tf.where(finite, tf.sqrt(tf.maximum(values[:, -1], 0.0)),
+                     tf.constant(np.nan, tf.float64))
+    if eigenvectors is None:
+        return sigma, None
+    vector = tf.pad(eigenvectors[:, :, -1], [[0, 0], [0, tf.shape(alphas)[1] - k]])
+    return sigma, tf.where(finite[:, None], vector, 0.0)
 
 
 def _lanczos(batch: tf.Tensor, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -213,7 +310,7 @@ def _orthogonalised(x: tf.Tensor, basis: tf.Tensor) -> tf.Tensor:
     """`x` [b, d] less its components along the orthonormal (or zero) rows of `basis`
     [b, k, d], by classical Gram–Schmidt twice."""
     for _ in range(2):
-        x = x - tf.einsum("bkd,bk->bd", basis, tf.einsum("bkd,bd->bk", basis, x))
+        x = x - tf.matmul(tf.matmul(x[:, None], basis, transpose_b=True), basis)[:, 0]
     return x
 
 

@@ -191,6 +191,45 @@ def test_watch_spectral_marks_a_skipped_step_and_leaves_vectors_alone(tmp_path):
     assert run.skipped[:2] == [(0, 0.0), (1, 1.0)]
 
 
+def test_tf_kernel_gram_iterations_and_conventions():
+    """The kernel (`tf_write.spectral.spectral_ratios`) on matrices iterated on their Gram
+    matrices, together by the Gram matrices' shape (tall, wide and convolution views;
+    rank-one and rank-two updates), and on a matrix of many columns both ways (the matrix
+    iterations): ratios within the tolerance of numpy's SVD, cold then warm; 0 for ΔW = 0,
+    +inf for W = 0 ≠ ΔW, NaN for a non-finite ΔW or W."""
+    import tensorflow as tf
+
+    from tb_wur_plugin.arrays import spectral
+    from tb_wur_plugin.tf_write.spectral import spectral_ratios, warm_vectors
+
+    rng = np.random.default_rng(7)
+    shapes = [(9, 8), (27, 8), (8, 27), (3, 3, 2, 8), (200, 16), (16, 200), (64, 64),
+              (64, 1), (1, 5), (600, 700)]
+    weights, updates = [], []
+    for i, shape in enumerate(shapes):
+        weights.append(rng.standard_normal(shape))
+        rows, columns = spectral.matrix_shape(shape, spectral.TRAILING_FAN_OUT)
+        rank = i % 2 + 1
+        updates.append(sum(np.outer(rng.standard_normal(rows), rng.standard_normal(columns))
+                           for _ in range(rank)).reshape(shape) * 1e-3)
+    assert not spectral.uses_gram(spectral.oriented((600, 700)))
+    not_finite = np.ones((6, 3))
+    not_finite[1, 1] = np.nan
+    weights += [rng.standard_normal((5, 4)), np.zeros((5, 4)), rng.standard_normal((6, 3)),
+                np.full((7, 3), np.inf)]
+    updates += [np.zeros((5, 4)), np.ones((5, 4)), not_finite, np.ones((7, 3))]
+    variables = [tf.Variable(w, dtype=tf.float32) for w in weights]
+    vectors = warm_vectors(variables)
+    for scale in (1.0, 1.5):  # cold, then warm (the same directions, another size)
+        got = spectral_ratios(
+            [tf.constant(w, tf.float32) for w in weights], variables,
+            [tf.constant(u * scale, tf.float32) for u in updates], vectors).numpy()
+        expected = [reference(w, w + u * scale) for w, u in zip(weights[:-4], updates[:-4])]
+        np.testing.assert_allclose(got[:-4], expected, rtol=TOLERANCE)
+        assert got[-4] == 0.0 and got[-3] == np.inf
+        assert np.isnan(got[-2]) and np.isnan(got[-1])
+
+
 # --- the Keras callback ------------------------------------------------------------------
 
 
