@@ -187,6 +187,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         # and the capture installed on a model with its train function, kept across fits
         self._fit_frames = None
         self._kept_capture = None
+        # JAX: (model, its train function, Keras's one-step function of that model), kept
+        # for the callback's next `fit` of the model while its train function is the same
+        self._kept_one_step = None
         self._reset()
 
     def _reset(self) -> None:
@@ -376,7 +379,12 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 self._capture, self._kept_capture = capture, (capture, train_function)
                 return
             original = model.train_function
-            one_step = backend.one_step_function(model)
+            kept = self._kept_one_step
+            if kept is not None and kept[0] is model and kept[1] is original:
+                one_step = kept[2]  # jitted for an earlier `fit`
+            else:
+                one_step = backend.one_step_function(model)
+                self._kept_one_step = (model, original, one_step)
 
             def stepwise(state, iterator):
                 if sys._getframe(1) is not fit_frame or not self._stepwise:
