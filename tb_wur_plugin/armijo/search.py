@@ -246,7 +246,9 @@ class StochasticArmijo:
         Args:
           loss_fn: called with no argument, returns the scalar loss of the current batch at
             the variables' current values (forward only: it is called once under a gradient
-            tape and once per trial). It must compute the same function at every call:
+            tape and once per trial; the first trial is always evaluated, so also once more
+            when the gradient norm is below 1e-8 and nothing moves, its loss discarded).
+            It must compute the same function at every call:
             a random op in it (dropout) needs a fixed seed for the search to make sense
             (`LineSearchModel` does that for Keras models).
           variables: a `tf.Variable` or Keras variable, or a list of them (floating dtypes).
@@ -295,7 +297,9 @@ class StochasticArmijo:
         cross-replica context).
 
         Every variable update is left to the caller, and no synchronization happens inside
-        the trial loop.
+        the trial loop. `trial_loss` is called for the first trial in any case (when the
+        gradient norm is below 1e-8 its loss is discarded and nothing moves), and for the
+        further trials only when the first is rejected.
 
         Args:
           value_and_gradients: returns (f, the gradients of `variables`) at their values.

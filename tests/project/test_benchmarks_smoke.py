@@ -94,3 +94,13 @@ def test_trainers_benchmark_smoke():
 def test_online_judgement_benchmark_smoke():
     out = _run("online_judgement.py")
     assert "OnlineJudgement.observe" in out and "spectral" in out
+
+
+def test_armijo_benchmark_train_part_smoke():
+    """`armijo.py --parts train` (its other parts run in tests/armijo/test_armijo.py)."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "armijo.py"), "--quick", "--parts", "train",
+         "--problems", "mlp"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for line in ("the compiled train function", "plain SGD", "recommended variant / plain SGD"):
+        assert line in result.stdout
