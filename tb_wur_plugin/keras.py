@@ -54,10 +54,11 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
     variables (ceil(k / `update_freq`) pairs of copies of the weights), which the callback
     writes at the next batch begin; other steps cost one comparison in the graph. The
     wrapped step stays for the callback's next `fit` of the model; a call of the train
-    function from anything else gives the model its own step back. On JAX the callback runs each execution's k steps one call of Keras's jitted
-    step at a time, as Keras itself does, and writes a logged step from the state before
-    and after its own call. The written run is the same as with k = 1. Not under a
-    `tf.distribute` strategy, nor with a `LineSearchModel`.
+    function from anything else gives the model its own step back. The variables logged
+    are those the model has at `fit`'s start. On JAX the callback runs each execution's k
+    steps one call of Keras's jitted step at a time, as Keras itself does, and writes a
+    logged step from the state before and after its own call. The written run is the same
+    as with k = 1. Not under a `tf.distribute` strategy, nor with a `LineSearchModel`.
 
     Acting while training: each logged step is judged as it is written, by the judgement of
     `tb-wur report` (with the same `patience`, `low` and `high`) on the steps logged so far
@@ -183,9 +184,10 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         self._logged_model = None
         self._claim = None  # `log_dir/train`'s key in `run_claims` during a fit
         self._fit_frame = None  # the frame of that `fit` (the claim lasts while it runs)
-        # steps_per_execution > 1 on TensorFlow: the frame of the `fit` the capture serves,
-        # and the capture installed on a model with its train function, kept across fits
-        self._fit_frames = None
+        # steps_per_execution > 1: the frame of the `fit` whose train function the callback
+        # installed (other callers get the model's own); on TensorFlow, the capture installed
+        # on a model with its train function, kept across fits
+        self._executing_fit = None
         self._kept_capture = None
         # JAX: (model, its train function, Keras's one-step function of that model), kept
         # for the callback's next `fit` of the model while its train function is the same
@@ -250,10 +252,9 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
             self._install_executions(backend, steps_per_execution)
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._capture is not None:
-            self._collect_captured()
-            return
-        if self._stepwise:  # each step is seen by `_one_step`
+        if self._steps_per_execution != 1:
+            if self._capture is not None:  # TensorFlow (on JAX, `_one_step` sees each step)
+                self._collect_captured()
             return
         # The previous batch's update is applied by now, and this one's not yet.
         self._record_pending()
@@ -341,14 +342,20 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                     f"steps_per_execution=1, got {steps_per_execution}"
                 )
             model = self.model
-            fit_frame = _fit_frame(model)
+            self._executing_fit = _fit_frame(model)
             self._steps_per_execution = steps_per_execution
             if keras.backend.backend() == "tensorflow":
                 watched = self._logger.watched(model)
                 if not watched:
-                    self._warn_no_weights(self._step_bound)
+                    warnings.warn(
+                        "WeightUpdateRatioCallback: the model has no trainable weights at the "
+                        "start of fit, and with steps_per_execution > 1 on TensorFlow the "
+                        "variables logged are those it has then: nothing is logged in this "
+                        f"fit into {self.log_dir}/train. Call the model on a batch before fit.",
+                        UserWarning,
+                        stacklevel=3,
+                    )
                     return
-                self._fit_frames = fit_frame
                 kept = self._kept_capture
                 if kept is not None and kept[1] is model.train_function and kept[0].serves(
                     model, watched, self.update_freq, steps_per_execution
@@ -366,7 +373,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 captured = model.train_function
 
                 def train_function(iterator):
-                    if sys._getframe(1) is self._fit_frames and self._capture is capture:
+                    if sys._getframe(1) is self._executing_fit and self._capture is capture:
                         return captured(iterator)
                     # called by a `fit` without the callback (or `train_on_batch`)
                     capture.uninstall()
@@ -387,7 +394,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
                 self._kept_one_step = (model, original, one_step)
 
             def stepwise(state, iterator):
-                if sys._getframe(1) is not fit_frame or not self._stepwise:
+                if sys._getframe(1) is not self._executing_fit or not self._stepwise:
                     model.train_function = original  # left by a `fit` that raised
                     return original(state, iterator)
                 logs, state = self._one_step(one_step, state, iterator)
@@ -413,7 +420,7 @@ class WeightUpdateRatioCallback(keras.callbacks.Callback):
         """Give the model its own train function back (steps_per_execution > 1)."""
         # (TensorFlow: the wrapped step and its function stay for the callback's next `fit`,
         # until something else calls that function)
-        self._capture = None
+        self._capture, self._executing_fit = None, None
         if self._stepwise:
             self._stepwise = False
             stepwise, original = self._original_function
