@@ -1,0 +1,180 @@
+"""arrays/torch_math: histogram bucketing by the values' bits against the `bucketize` on the
+edges that it replaced (and the numpy reference), on adversarial values; the snapshot that
+reuses the last logged step's copy."""
+
+from __future__ import annotations
+
+import gc
+import math
+import weakref
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tb_wur_plugin import metadata  # noqa: E402
+from tb_wur_plugin import torch as wur_torch  # noqa: E402
+from tb_wur_plugin.arrays import numpy_math, torch_math  # noqa: E402
+
+INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+def bucketize_counts(values):
+    """The implementation the bit tables replaced: one `torch.bucketize` on [smallest
+    positive, edges..., +inf] in the values' dtype, NaN and negative values to NAN_BUCKET."""
+    dtype = values.dtype
+    smallest = torch.nextafter(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=dtype))
+    boundaries = torch.cat([smallest, torch.tensor(metadata.HISTOGRAM_EDGES, dtype=dtype),
+                            torch.full((1,), math.inf, dtype=dtype)])
+    values = values.reshape(-1)
+    ids = torch.bucketize(values, boundaries, right=True)
+    ids = torch.where(values >= 0, ids, metadata.NAN_BUCKET)
+    return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
+
+
+def old_elementwise_counts(before, after):
+    """The elementwise counts as computed before: where(Δw = 0, 0, |Δw / w|), bucketized."""
+    delta = after.reshape(-1) - before.reshape(-1)
+    return bucketize_counts(torch.where(delta == 0, 0.0, delta.div_(before.reshape(-1)).abs_()))
+
+
+def adversarial(dtype):
+    """Values on, just below and just above every edge, the bits around each boundary of
+    every fine bin of the tables, +-0, +-inf, NaNs of both signs and other payloads, negative
+    values, subnormals, the largest finite value, and random bits."""
+    int_dtype = INT_OF[dtype]
+    info = torch.iinfo(int_dtype)
+    edges = torch.tensor(metadata.HISTOGRAM_EDGES, dtype=dtype)
+    # the bits either side of every fine bin's start (the tables' bins: the sign, the
+    # exponent and 3 bits of the mantissa)
+    shift = {torch.float32: 20, torch.float64: 49}[dtype]
+    starts = torch.arange(-(1 << (info.bits - shift - 1)), 1 << (info.bits - shift - 1),
+                          dtype=torch.int64) << shift
+    around = torch.cat([starts, starts - 1, starts + 1]).clamp(info.min, info.max)
+    generator = torch.Generator().manual_seed(3)
+    random_bits = torch.randint(info.min, info.max, (200_000,), generator=generator,
+                                dtype=torch.int64)
+    bits = torch.cat([around, random_bits]).to(int_dtype).view(dtype)
+    tiny = torch.finfo(dtype).tiny
+    special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, -1.0,
+                            tiny, tiny / 2, -tiny / 2, torch.finfo(dtype).max, 1e-12, 1e3],
+                           dtype=dtype)
+    smallest = torch.nextafter(torch.zeros(1, dtype=dtype), torch.ones(1, dtype=dtype))
+    return torch.cat([
+        edges, torch.nextafter(edges, torch.zeros_like(edges)),
+        torch.nextafter(edges, torch.full_like(edges, math.inf)), special, smallest, bits,
+    ])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bucketing_by_bits_is_the_bucketize_on_the_edges(dtype):
+    values = adversarial(dtype)
+    got = torch_math.bucket_counts(values)
+    assert torch.equal(got, bucketize_counts(values))
+    np.testing.assert_array_equal(got.numpy(), numpy_math.bucket_counts(values.numpy()))
+    for value in adversarial(dtype)[:2000]:  # each value alone: its own bucket
+        one = value.reshape(1)
+        assert torch.equal(torch_math.bucket_counts(one), bucketize_counts(one)), value
+
+
+def test_other_dtypes_are_bucketized_in_their_precision():
+    values = torch.tensor([0.0, 1e-3, 2.0, 100.0, math.inf, math.nan, -1.0],
+                          dtype=torch.float16)
+    assert torch.equal(torch_math.bucket_counts(values), bucketize_counts(values))
+
+
+def _weights_and_updates(dtype):
+    """Weights and their updated values, with 0/0 (both ±0), Δw = 0 at nonzero w, w = 0
+    moving (+inf), NaN and inf weights and updates, sign changes, and tiny updates."""
+    generator = torch.Generator().manual_seed(1)
+    n = 300_001
+    w = torch.randn(n, generator=generator, dtype=dtype)
+    w[::7] = 0.0
+    w[3::7] = -0.0
+    w[::11] = math.nan
+    w[::13] = math.inf
+    w[5::31] = torch.finfo(dtype).tiny / 4
+    new = w + torch.randn(n, generator=generator, dtype=dtype) * 1e-3
+    new[::3] = w[::3]
+    new[::14] = 0.0
+    new[1::19] = -0.0
+    new[::23] = math.inf
+    new[::29] = math.nan
+    new[2::37] = -w[2::37]
+    new[4::41] = w[4::41] * (1 + torch.finfo(dtype).eps)
+    return w, new
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk", [None, 1000])
+def test_elementwise_counts_are_the_old_ones(dtype, chunk, monkeypatch):
+    if chunk is not None:  # several chunks, the last one short
+        monkeypatch.setattr(torch_math, "HISTOGRAM_CPU_CHUNK_ELEMENTS", chunk)
+    w, new = _weights_and_updates(dtype)
+    got = torch_math.elementwise_counts(w, new)
+    assert torch.equal(got, old_elementwise_counts(w.clone(), new))
+    assert got[metadata.NAN_BUCKET] > 0 and got[metadata.ZERO_BUCKET] > 0
+    finite = torch.isfinite(w) & torch.isfinite(new)  # no NaN bucket: the count is not read
+    got = torch_math.elementwise_counts(w[finite], new[finite])
+    assert got[metadata.NAN_BUCKET] == 0
+    assert torch.equal(got, old_elementwise_counts(w[finite].clone(), new[finite]))
+
+
+def test_zero_over_zero_is_zero():
+    w = torch.tensor([0.0, -0.0, 0.0, -0.0, 0.0, 1.0])
+    new = torch.tensor([0.0, 0.0, -0.0, -0.0, 1.0, 1.0])
+    counts = torch_math.elementwise_counts(w, new)
+    assert counts[metadata.ZERO_BUCKET] == 5 and counts[metadata.INF_BUCKET] == 1
+
+
+def test_snapshot_reuses_what_fits():
+    a, b = torch.randn(3, 4), torch.randn(5, dtype=torch.float64)
+    first = torch_math.snapshot([a, b], [])
+    assert all(torch.equal(c, t) for c, t in zip(first, [a, b]))
+    assert first[0].data_ptr() != a.data_ptr()
+    a.add_(1.0)
+    second = torch_math.snapshot([a, b], first)
+    assert [t.data_ptr() for t in second] == [t.data_ptr() for t in first]  # reused
+    assert torch.equal(second[0], a)
+    # a 16-bit tensor: copied into the float32 copy of its shape, converted
+    half = torch.randn(3, 4, dtype=torch.float16)
+    third = torch_math.snapshot([half, b], second)
+    assert third[0] is second[0] and torch.equal(third[0], half.float())
+    # dtype, shape or layout changed: a new copy there, the rest reused
+    double, wide = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 3).t()
+    fourth = torch_math.snapshot([double, b], third)
+    assert fourth[0] is not third[0] and fourth[0].dtype == torch.float64
+    assert torch.equal(fourth[0], double) and fourth[1] is third[1]
+    fifth = torch_math.snapshot([wide, b[:2]], fourth)
+    assert fifth[0] is not fourth[0] and torch.equal(fifth[0], wide)
+    assert fifth[0].stride() == wide.stride() and fifth[1] is not fourth[1]
+    z = torch.randn(2, 3, dtype=torch.complex64)
+    sixth = torch_math.snapshot([z], [])
+    assert torch.equal(sixth[0], torch.view_as_real(z))
+    z.mul_(2)
+    seventh = torch_math.snapshot([z], sixth)
+    assert seventh[0] is sixth[0] and torch.equal(seventh[0], torch.view_as_real(z))
+
+
+def test_watch_keeps_one_copy_between_logged_steps_until_removed(tmp_path, monkeypatch):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    made = []
+    original = torch_math.copies
+
+    def copies(tensors):
+        made.extend(original(tensors))
+        return made[len(made) - len(tensors):]
+
+    monkeypatch.setattr(torch_math, "copies", copies)
+    handle = wur_torch.watch(optimizer, model, str(tmp_path / "run"), every=2)
+    for _ in range(6):  # logged steps 0, 2, 4
+        model(torch.ones(1, 4)).sum().backward()
+        optimizer.step()
+    assert len(made) == 4  # the first logged step's copies, reused at steps 2 and 4
+    kept = [weakref.ref(t) for t in made]
+    made.clear()
+    handle.remove()
+    gc.collect()
+    assert all(ref() is None for ref in kept), "remove() keeps the copies"
