@@ -10,8 +10,9 @@ medians over repeats, as ratios to the same trainer's bare run.
 
 Models (--model): tiny, a 4-layer GPT-2 (n_embd 128, vocab 512, batch 8 × 64 tokens);
 small, GPT-2 small (12 layers, n_embd 768, 12 heads, vocab 50257; batch 8 × 512 random
-tokens). Random initialisation, nothing downloaded. On --device cuda the matrix products run
-in TF32 (`torch.set_float32_matmul_precision("high")`), as GPU training runs do.
+tokens); micro, a 2-layer GPT-2 (n_embd 32, vocab 128, batch 8 × 16 tokens), --smoke's.
+Random initialisation, nothing downloaded. On --device cuda the matrix products run in TF32
+(`torch.set_float32_matmul_precision("high")`), as GPU training runs do.
 
 --fsdp (Hugging Face, --device cuda): every run is a `Trainer` with `fsdp="full_shard"` in
 this one process (a distributed environment of one rank is set up when no launcher set one:
@@ -25,7 +26,7 @@ With --fsdp, once per FSDP version (1: `FullyShardedDataParallel`, 2: `fully_sha
 The process exits with status 1 when a check fails.
 
     .venv/bin/python benchmarks/trainers.py [--repeats 5] [--steps 40] [--trainers hf lightning]
-    .venv/bin/python benchmarks/trainers.py --smoke --check  # 1 repeat of 3 steps, no warm-up
+    .venv/bin/python benchmarks/trainers.py --smoke --check  # 1 repeat of 3 micro steps, no warm-up
     python benchmarks/trainers.py --device cuda --model small --trainers hf --fsdp --check
 """
 
@@ -56,8 +57,9 @@ from tb_wur_plugin.transformers import WeightUpdateRatioCallback  # noqa: E402
 MODELS = {
     "tiny": dict(n_layer=4, n_embd=128, n_head=4, vocab_size=512, n_positions=64),
     "small": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
+    "micro": dict(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=16),
 }
-TOKENS = {"tiny": 64, "small": 512}  # per sequence; 8 sequences a batch
+TOKENS = {"tiny": 64, "small": 512, "micro": 16}  # per sequence; 8 sequences a batch
 
 
 class _Tokens(torch.utils.data.Dataset):
@@ -340,14 +342,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--trainers", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
-    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--model", choices=sorted(MODELS), default=None,
+                        help="default tiny (--smoke: micro)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--fsdp", action="store_true",
                         help="Hugging Face only, --device cuda: fsdp='full_shard'")
     parser.add_argument("--check", action="store_true",
                         help="Hugging Face: check the callback's ratios against a reference")
-    parser.add_argument("--smoke", action="store_true", help="1 repeat of 3 steps, no warm-up")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 repeat of 3 steps of the micro model, no warm-up")
     a = parser.parse_args()
+    a.model = a.model or ("micro" if a.smoke else "tiny")
     if a.fsdp and (a.trainers != ["hf"] or a.device != "cuda"):
         parser.error("--fsdp needs --trainers hf --device cuda (accelerate enables FSDP on GPUs)")
     if a.smoke:
