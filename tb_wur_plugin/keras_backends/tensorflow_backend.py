@@ -232,41 +232,49 @@ class ExecutionCapture:
         return captured
 
     def _wrapped(self, train_step: Any) -> Any:
+        """`train_step` with the capture: on a step that is not logged, two conditionals
+        that take no branch."""
         optimizer = self._model.optimizer
         variables = [w.variable for w in self._watched]
 
-        def copy_into(copies):
-            def run():
-                for copy, variable in zip(copies, variables):
-                    copy.assign(variable.value())
-                return tf.constant(True)
-
-            return run
+        def in_slot(run_in):  # run `run_in(slot)` for the slot `_count` names
+            if self._slots == 1:
+                return run_in(0)
+            for slot in range(self._slots):
+                tf.cond(tf.equal(self._count, slot), lambda slot=slot: run_in(slot),
+                        lambda: tf.constant(False))
+            return tf.constant(True)
 
         def step_with_capture(data):
             iteration = tf.cast(optimizer.iterations, tf.int64)
             logged = tf.logical_and(
-                tf.equal(iteration % self._every, 0), iteration > self._last
+                tf.logical_and(tf.equal(iteration % self._every, 0), iteration > self._last),
+                self._count < self._slots,
             )
-            takes = [tf.logical_and(logged, tf.equal(self._count, slot))
-                     for slot in range(self._slots)]
-            rate = None if self._rates is None else _learning_rate_tensor(optimizer)
-            for slot, take in enumerate(takes):
-                def before(slot=slot):
-                    copy_into(self._copies[slot][0])()
-                    self._steps.scatter_nd_update([[slot]], tf.reshape(iteration, [1]))
-                    if rate is not None:
-                        self._rates.scatter_nd_update(
-                            [[slot]], tf.reshape(tf.cast(rate, self._rates.dtype), [1])
-                        )
-                    return tf.constant(True)
 
-                tf.cond(take, before, lambda: tf.constant(False))
+            def before(slot):
+                for copy, variable in zip(self._copies[slot][0], variables):
+                    copy.assign(variable.value())
+                self._steps.scatter_nd_update([[slot]], tf.reshape(iteration, [1]))
+                if self._rates is not None:
+                    rate = tf.cast(_learning_rate_tensor(optimizer), self._rates.dtype)
+                    self._rates.scatter_nd_update([[slot]], tf.reshape(rate, [1]))
+                return tf.constant(True)
+
+            def after(slot):
+                for copy, variable in zip(self._copies[slot][1], variables):
+                    copy.assign(variable.value())
+                return tf.constant(True)
+
+            def count_after():
+                in_slot(after)
+                self._last.assign(iteration)
+                self._count.assign_add(1)
+                return tf.constant(True)
+
+            tf.cond(logged, lambda: in_slot(before), lambda: tf.constant(False))
             outputs = train_step(data)
-            for slot, take in enumerate(takes):
-                tf.cond(take, copy_into(self._copies[slot][1]), lambda: tf.constant(False))
-            self._count.assign_add(tf.cast(logged, tf.int32))
-            self._last.assign(tf.where(logged, iteration, self._last))
+            tf.cond(logged, count_after, lambda: tf.constant(False))
             return outputs
 
         return step_with_capture

@@ -104,3 +104,19 @@ def test_armijo_benchmark_train_part_smoke():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for line in ("the compiled train function", "plain SGD", "recommended variant / plain SGD"):
         assert line in result.stdout
+
+
+def test_keras_fit_benchmark_smoke():
+    """benchmarks/keras_fit.py on JAX (KERAS_BACKEND) with steps_per_execution=4, and
+    training.py's fit part with it on TensorFlow."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "keras_fit.py"), "--smoke",
+         "--steps-per-execution", "4"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "backend jax, steps_per_execution=4" in result.stdout
+    assert "fit + callback(update_freq=10)" in result.stdout
+    out = _run("training.py", "--parts", "fit", "--steps-per-execution", "4")
+    assert "steps_per_execution=4" in out and "fit + WeightUpdateRatioCallback" in out
