@@ -1,6 +1,7 @@
 """The array math of PyTorch tensors that `tb_wur_plugin.torch` and the Keras PyTorch backend
-share: work dtypes, copies, norms in float64 without overflow, and histogram bucketing on the
-protocol's edges, on the tensors' device. Imports no TensorFlow module."""
+share: work dtypes, copies (and snapshots that reuse an earlier one's tensors), norms in
+float64 without overflow, and histogram bucketing on the protocol's edges, on the tensors'
+device. The fused list ops are `torch_internals.foreach`'s. Imports no TensorFlow module."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from tb_wur_plugin.torch_internals import foreach
 CHUNK_ELEMENTS = 1 << 16
 
 
-# Histogram temporaries are bounded by bucketing this many elements at a time: on the CPU
-# few enough that the passes over a chunk stay in a core's cache.
+# Histogram temporaries are bounded by bucketing this many elements at a time (one chunk's
+# temporaries, reused by the next chunk); on the CPU fewer (a few MB in all).
 HISTOGRAM_CHUNK_ELEMENTS = 1 << 22
 HISTOGRAM_CPU_CHUNK_ELEMENTS = 1 << 18
 
@@ -141,7 +142,7 @@ _FINE_MANTISSA_BITS = 3
 
 
 class _BitTables(NamedTuple):
-    """How `_bucket_counts_of_bits` buckets the values of one floating dtype on one device.
+    """How `_fine_keys` buckets the values of one floating dtype on one device.
 
     int_dtype: the signed integer dtype of the float's width.
     shift: bits >> shift (masked to `fine_bins` - 1) is a value's fine bin.
@@ -227,27 +228,37 @@ def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tenso
       before, after: floating-point tensors of one shape, dtype and device.
     """
     old, new = before.reshape(-1), after.reshape(-1)
-    tables = _bit_tables(old.dtype, old.device) if old.dtype in _INT_OF else None
-    total = torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=old.device)
-    chunk = (HISTOGRAM_CPU_CHUNK_ELEMENTS if old.device.type == "cpu"
-             else HISTOGRAM_CHUNK_ELEMENTS)
-    for start in range(0, old.numel(), chunk):
-        w, n = old[start:start + chunk], new[start:start + chunk]
-        delta = torch.sub(n, w)
-        if tables is None:
+    size, device = old.numel(), old.device
+    chunk = HISTOGRAM_CPU_CHUNK_ELEMENTS if device.type == "cpu" else HISTOGRAM_CHUNK_ELEMENTS
+    if old.dtype not in _INT_OF:
+        total = torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=device)
+        for start in range(0, size, chunk):
+            w, n = old[start:start + chunk], new[start:start + chunk]
+            delta = torch.sub(n, w)
             total += _bucketized_counts(torch.where(delta == 0, 0.0, delta.div_(w).abs_()))
-            continue
-        bits = delta.div_(w).view(tables.int_dtype)
+        return total
+    tables = _bit_tables(old.dtype, device)
+    # one chunk's temporaries, used by every chunk
+    quotients = torch.empty(min(chunk, size), dtype=old.dtype, device=device)
+    fine = torch.empty(quotients.shape, dtype=tables.int_dtype, device=device)
+    below = torch.empty_like(fine)
+    keys = torch.zeros(2 * tables.fine_bins, dtype=torch.int64, device=device)
+    for start in range(0, size, chunk):
+        w, n = old[start:start + chunk], new[start:start + chunk]
+        k = w.numel()
+        bits = torch.sub(n, w, out=quotients[:k]).div_(w).view(tables.int_dtype)
         bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
-        counts = _bucket_counts_of_bits(bits, tables)
-        # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0. Reading a count costs nothing on
-        # the CPU, so there this pass runs only when the NaN bucket holds any.
-        if old.device.type != "cpu" or counts[metadata.NAN_BUCKET]:
-            zero_over_zero = torch.count_nonzero((w == 0) & (n == 0))
-            counts[metadata.NAN_BUCKET] -= zero_over_zero
-            counts[metadata.ZERO_BUCKET] += zero_over_zero
-        total += counts
-    return total
+        keys += _fine_keys(bits, tables, fine[:k], below[:k])
+    counts = _counts_of_keys(keys, tables)
+    # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0. Reading a count costs nothing on the
+    # CPU, so there this pass runs only when the NaN bucket holds any.
+    if device.type != "cpu" or counts[metadata.NAN_BUCKET]:
+        zero_over_zero = sum(
+            torch.count_nonzero((old[i:i + chunk] == 0) & (new[i:i + chunk] == 0))
+            for i in range(0, size, chunk))
+        counts[metadata.NAN_BUCKET] -= zero_over_zero
+        counts[metadata.ZERO_BUCKET] += zero_over_zero
+    return counts
 
 
 def bucket_counts(values: torch.Tensor) -> torch.Tensor:
@@ -260,7 +271,9 @@ def bucket_counts(values: torch.Tensor) -> torch.Tensor:
     if values.dtype not in _INT_OF:
         return _bucketized_counts(values)
     tables = _bit_tables(values.dtype, values.device)
-    return _bucket_counts_of_bits(values.reshape(-1).view(tables.int_dtype), tables)
+    bits = values.reshape(-1).view(tables.int_dtype)
+    return _counts_of_keys(_fine_keys(bits, tables, torch.empty_like(bits),
+                                      torch.empty_like(bits)), tables)
 
 
 _EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
@@ -284,14 +297,21 @@ def _bucketized_counts(values: torch.Tensor) -> torch.Tensor:
     return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
 
 
-def _bucket_counts_of_bits(bits: torch.Tensor, tables: _BitTables) -> torch.Tensor:
-    """int64[NUM_BUCKETS]: the counts of the values whose bits are the vector `bits`."""
+def _fine_keys(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
+               below: torch.Tensor) -> torch.Tensor:
+    """int64[2 * fine_bins]: how many of the values whose bits are the vector `bits` have
+    each key of `tables.buckets`; `fine` and `below` (of the bits' shape and dtype) are
+    overwritten."""
     width = torch.iinfo(tables.int_dtype).bits
-    fine = torch.bitwise_right_shift(bits, tables.shift).bitwise_and_(tables.fine_bins - 1)
-    below = tables.thresholds.index_select(0, fine)
+    torch.bitwise_right_shift(bits, tables.shift, out=fine).bitwise_and_(tables.fine_bins - 1)
+    torch.index_select(tables.thresholds, 0, fine, out=below)
     torch.sub(bits, below, out=below)  # within one fine bin: no overflow
     below.bitwise_right_shift_(width - 1)  # -1 below the bin's threshold, else 0
     fine.sub_(below, alpha=tables.fine_bins)  # the key: fine bin, + fine_bins below
-    keys = torch.bincount(fine, minlength=2 * tables.fine_bins)
-    return torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=bits.device).index_add_(
+    return torch.bincount(fine, minlength=2 * tables.fine_bins)
+
+
+def _counts_of_keys(keys: torch.Tensor, tables: _BitTables) -> torch.Tensor:
+    """int64[NUM_BUCKETS]: the counts per bucket of the counts per key `keys`."""
+    return torch.zeros(metadata.NUM_BUCKETS, dtype=torch.int64, device=keys.device).index_add_(
         0, tables.buckets, keys)

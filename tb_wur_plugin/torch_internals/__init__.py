@@ -8,6 +8,8 @@ framework's math (`arrays/torch_math`) and the hooks (`tb_wur_plugin.torch`):
 - `ranks`: what the ranks agree on at a logged step: the same step (`step_fields`,
   `ranks_if_same_step`), rank 0's ratios of an unsharded model on every rank
   (`share_from_rank_0`), so that every rank judges the same ratios.
+- `foreach`: PyTorch's fused list ops (`torch._foreach_*`, semi-private) that the math uses
+  (`norms`, `sub_`, `copy_`, `copies`). Private API: the ops it names in `NAMES`.
 - `grad_scaler`: the steps `torch.amp.GradScaler` skips (`notify_skipped_steps`,
   `stop_notifying`), by wrapping `GradScaler.step` while someone listens.
 
