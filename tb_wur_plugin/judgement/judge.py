@@ -337,8 +337,9 @@ class _JudgedRun:
                 None if moving is None else moving[:, c0:c1],
             )
             for key, condition in sources.items():
-                self._bits[key][:, c0 // 8:-(-c1 // 8)] = np.packbits(
-                    table.evaluate(condition, cells), axis=1)
+                holds = table.evaluate(condition, cells)
+                if holds.any():  # (the bits start all 0: most conditions hold nowhere)
+                    self._bits[key][:, c0 // 8:-(-c1 // 8)] = np.packbits(holds, axis=1)
 
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
