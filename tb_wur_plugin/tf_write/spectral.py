@@ -159,10 +159,11 @@ def _gram(matrix: tf.Tensor, transposed: bool) -> tf.Tensor:
 
 def _gram_lanczos(grams: tf.Tensor, start: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """As `_lanczos`, by symmetric Lanczos iterations (full reorthogonalisation) on the Gram
-    matrices `grams` [b, n, n] of oriented matrices (`spectral.oriented`; the same Krylov space from the
-    same start vectors, the same stopping rule): σ₁ = √λ₁ (float64[b]) and the top
-    eigenvectors ([b, n]). A residual below `spectral.GRAM_BREAKDOWN` times the largest
-    Rayleigh quotient so far ends a matrix's basis (its later vectors are zero)."""
+    matrices `grams` [b, n, n] of oriented matrices (`spectral.oriented`), from the start
+    vectors `start` [b, n] (the same Krylov space as the matrices' iterations, the same
+    stopping rule): σ₁ = √λ₁ (float64[b]) and the top eigenvectors ([b, n]). A residual
+    below `spectral.GRAM_BREAKDOWN` times the largest Rayleigh quotient so far ends a
+    matrix's basis (its later vectors are zero)."""
     b, _, n = grams.shape.as_list()
     limit = spectral.krylov_limit(n, n)  # oriented: as many rows as columns, or more
     dtype = grams.dtype

@@ -76,6 +76,13 @@ def test_spectral_benchmark_smoke():
         assert line in out
 
 
+def test_spectral_benchmark_smoke_tensorflow():
+    out = _run("spectral.py", "--frameworks", "tf")
+    assert "tf (cpu)" in out
+    for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
+        assert line in out
+
+
 def test_torch_sharded_benchmark_smoke():
     out = _run("torch_sharded.py")
     assert "logged step" in out and "other step" in out
