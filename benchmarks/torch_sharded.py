@@ -171,6 +171,10 @@ def rank_main(rank: int, port: int, settings: tuple[str, ...], rounds: int, step
         results = {s: time_setting(s, rank, logdir, rounds, steps, width) for s in settings}
         if rank == 0:
             report(results, rounds, steps, width)
+        # both ranks leave together: a rank that tears its gloo group down while the other
+        # still uses its own can abort the other at exit ("terminate called without an
+        # active exception", seen under load)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
