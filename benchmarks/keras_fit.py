@@ -19,7 +19,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -27,6 +26,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tb_wur_plugin.keras import WeightUpdateRatioCallback  # noqa: E402
+from fit_rounds import interleaved_fit_epochs  # noqa: E402
 
 
 def model(width: int, steps_per_execution: int) -> keras.Model:
@@ -64,18 +64,7 @@ def main() -> None:
     models = {name: model(width, args.steps_per_execution) for name in callbacks}
     for name, extra in callbacks.items():
         models[name].fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=extra)
-    ratios: dict[str, list[float]] = {name: [] for name in callbacks if name != "fit"}
-    for _ in range(rounds):
-        names = list(callbacks)
-        random.shuffle(names)
-        times = {}
-        for name in names:
-            start = time.perf_counter()
-            models[name].fit(x, y, batch_size=128, epochs=1, verbose=0,
-                             callbacks=callbacks[name])
-            times[name] = time.perf_counter() - start
-        for name in ratios:
-            ratios[name].append(times[name] / times["fit"])
+    ratios = interleaved_fit_epochs(models, callbacks, x, y, rounds)
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}, "
           f"steps_per_execution={args.steps_per_execution}: fit epoch ({steps} steps) / plain "
           f"fit, median [min–max] over {rounds} rounds")

@@ -40,6 +40,7 @@ import tensorflow as tf  # noqa: E402
 
 from tb_wur_plugin import wur_summary  # noqa: E402
 from tb_wur_plugin.keras import WeightUpdateRatioCallback  # noqa: E402
+from fit_rounds import interleaved_fit_epochs  # noqa: E402
 
 LOG_EVERY = 100
 
@@ -274,19 +275,7 @@ def fit_epochs(
     for name, extra in callbacks.items():
         models[name].fit(x[:warm], y[:warm], batch_size=128, epochs=1, verbose=0,
                          callbacks=extra)
-    ratios: dict[str, list[float]] = {name: [] for name in callbacks if name != "fit"}
-    for _ in range(rounds):
-        names = list(callbacks)
-        random.shuffle(names)
-        times = {}
-        for name in names:
-            start = time.perf_counter()
-            models[name].fit(x, y, batch_size=128, epochs=1, verbose=0,
-                             callbacks=callbacks[name])
-            times[name] = time.perf_counter() - start
-        for name in ratios:
-            ratios[name].append(times[name] / times["fit"])
-    return ratios
+    return interleaved_fit_epochs(models, callbacks, x, y, rounds)
 
 
 def summary(values: list[float]) -> str:

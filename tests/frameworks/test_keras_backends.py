@@ -109,28 +109,34 @@ def stopped(tmp_path_factory):
     """keras_stop_worker.py's fit on each backend, both at once: {backend: (logdir, its
     JSON)}."""
     logdir = str(tmp_path_factory.mktemp("keras_backends_stop"))
+    outputs = _run_on_every_backend("keras_stop_worker.py", logdir, str(NAN_STEP))
+    return {backend: (os.path.join(logdir, backend), json.loads(out.strip().splitlines()[-1]))
+            for backend, out in outputs.items()}
+
+
+def _run_on_every_backend(worker: str, logdir: str, *args: str) -> dict[str, str]:
+    """tests/support/WORKER LOGDIR/BACKEND ARGS on each backend of RUNS, all at once: {backend:
+    its stdout}; fails naming the backend whose worker failed."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     workers = {
         backend: subprocess.Popen(
-            [sys.executable, os.path.join(SUPPORT, "keras_stop_worker.py"),
-             os.path.join(logdir, backend), str(NAN_STEP)],
+            [sys.executable, os.path.join(SUPPORT, worker), os.path.join(logdir, backend), *args],
             env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )
         for backend in RUNS
     }
-    results = {}
-    for backend, worker in workers.items():
+    outputs = {}
+    for backend, process in workers.items():
         try:
-            out, err = worker.communicate(timeout=240)
+            out, err = process.communicate(timeout=240)
         except subprocess.TimeoutExpired:
-            worker.kill()
-            out, err = worker.communicate()
-        assert worker.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
-        results[backend] = (os.path.join(logdir, backend),
-                            json.loads(out.strip().splitlines()[-1]))
-    return results
+            process.kill()
+            out, err = process.communicate()
+        assert process.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
+        outputs[backend] = out
+    return outputs
 
 
 @pytest.mark.parametrize("backend", sorted(RUNS))
@@ -160,25 +166,9 @@ def steps_per_execution(tmp_path_factory):
     """keras_steps_per_execution_worker.py on JAX and PyTorch, both at once: {backend:
     (logdir, its result)}."""
     logdir = str(tmp_path_factory.mktemp("keras_steps_per_execution"))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    workers = {
-        backend: subprocess.Popen(
-            [sys.executable, os.path.join(SUPPORT, "keras_steps_per_execution_worker.py"),
-             os.path.join(logdir, backend)],
-            env={**env, "KERAS_BACKEND": backend}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )
-        for backend in RUNS
-    }
     results = {}
-    for backend, worker in workers.items():
-        try:
-            out, err = worker.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            out, err = worker.communicate()
-        assert worker.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
+    for backend, out in _run_on_every_backend(
+            "keras_steps_per_execution_worker.py", logdir).items():
         report = json.loads(out.strip().splitlines()[-1])
         assert report["backend"] == backend
         results[backend] = (os.path.join(logdir, backend), report["result"])
