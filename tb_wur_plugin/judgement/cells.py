@@ -157,7 +157,9 @@ def _medians(
     cell's others, by where v lies against the two middle ones, one of three per column.
     The arrays returned may be read-only broadcasts."""
     n_rows, n_cols = values.shape
-    if n_cols == 0:
+    least = max(min_others, 1)
+    if n_cols == 0 or (n_rows < min_layers and n_rows - 1 < least):
+        # too few rows for either median anywhere (a column's count is at most n_rows)
         return np.full(values.shape, np.nan), np.full(values.shape, np.nan)
     # [S, L]: each column's values (or ratios) ascending, NaN last
     ranked = np.sort((values if ratios is None else ratios).T, axis=1)
@@ -176,7 +178,6 @@ def _medians(
     # a cell's others: the two middle ones are its (lo)-th and (hi)-th smallest
     lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
     r_lo, r_lo_next, r_hi, r_hi_next = nth(lo), nth(lo + 1), nth(hi), nth(hi + 1)
-    least = max(min_others, 1)
     enough = count - 1 >= least  # a non-NaN cell's others
     above = np.where(enough, (r_lo + r_hi) / 2, np.nan)  # v > r_hi
     between = np.where(enough, (r_lo + r_hi_next) / 2, np.nan)  # r_lo < v <= r_hi
