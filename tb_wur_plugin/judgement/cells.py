@@ -99,7 +99,8 @@ def cells_of(
         peer_log = np.full(v.shape, np.nan)
         group_log = np.full(v.shape, np.nan)
         for rows in group_rows:
-            peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
+            if len(rows) > MIN_PEERS:  # (fewer: neither median, NaN)
+                peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         # the gap to the group's median confirms it: among a few layers, one odd layer drags

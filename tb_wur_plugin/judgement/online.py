@@ -87,8 +87,9 @@ class OnlineJudgement:
         self._last_step: int | None = None
         self._tags: list[str] = []
         self._row_of: dict[str, int] = {}
-        # the last call's tags, kinds and rows (a writer names the same layers at every step)
-        self._seen: tuple[tuple[str, ...], list[str], np.ndarray] | None = None
+        # the last call's tags, kinds and rows, and whether they are every row in order (a
+        # writer names the same layers at every step)
+        self._seen: tuple[tuple[str, ...], list[str], np.ndarray, bool] | None = None
         self._kinds: list[str] = []
         self._moved = np.zeros(0, bool)  # had a judged ratio > 0
         self._from_zero = np.zeros(0, bool)  # its first such ratio was +inf
@@ -140,10 +141,14 @@ class OnlineJudgement:
                              f"for {len(tags)} tags")
         rows = self._rows(tags, kinds)
         n_layers = len(self._tags)
-        column = np.full((n_layers, 1), np.nan)
-        column[rows, 0] = values
-        present = np.zeros((n_layers, 1), bool)
-        present[rows, 0] = True
+        if self._seen[3]:  # every layer, in row order
+            column = values.astype(np.float64)[:, None]
+            present = np.ones((n_layers, 1), bool)
+        else:
+            column = np.full((n_layers, 1), np.nan)
+            column[rows, 0] = values
+            present = np.zeros((n_layers, 1), bool)
+            present[rows, 0] = True
         moving_column = None
         if moving is not None:
             moving_values = np.asarray(moving, bool)
@@ -210,7 +215,7 @@ class OnlineJudgement:
             for state in self._rule_state:
                 state.grow(len(self._tags))
             self._group_rows = None
-        self._seen = (tags, kinds, np.array(rows, np.intp))
+        self._seen = (tags, kinds, np.array(rows, np.intp), rows == list(range(len(self._tags))))
         return self._seen[2]
 
 
