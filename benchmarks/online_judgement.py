@@ -9,8 +9,8 @@ healthy Adam run's; one matrix stops moving halfway, so that a streak grows and 
 round times --steps logged steps after as many warm-up steps; the table gives the median
 [min–max] over rounds of the per-step median.
 
-    python benchmarks/online_judgement.py            # 2, 10, 100, 1000 layers; 7 rounds of 200 steps
-    python benchmarks/online_judgement.py --smoke     # tiny sizes, for CI
+    python benchmarks/online_judgement.py          # 2 to 1000 layers; 7 rounds of 200 steps
+    python benchmarks/online_judgement.py --smoke  # tiny sizes, for CI
 """
 
 from __future__ import annotations
