@@ -167,18 +167,17 @@ def _medians(
     valid = ~np.isnan(values)
     count = valid.sum(axis=0)
     cols = np.arange(n_cols)
-
-    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column (k within 0 .. n_rows - 1)
-        r_k = ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
-        return r_k if ratios is None else np.log10(r_k, dtype=np.float64)
-
-    middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
+    # of all n, the two middle ones; of a cell's others, the (lo)-th and (hi)-th smallest
+    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
+    ks = np.stack([(count - 1) // 2, count // 2, lo, lo + 1, hi, hi + 1])
+    r_k = ranked[cols, np.minimum(np.maximum(ks, 0), n_rows - 1)]  # [6, S]: r_k of each column
+    if ratios is not None:
+        r_k = np.log10(r_k, dtype=np.float64)
+    r_mid, r_mid_next, r_lo, r_lo_next, r_hi, r_hi_next = r_k
+    middle = (r_mid + r_mid_next) / 2  # of all n
     group = np.broadcast_to(np.where(count >= min_layers, middle, np.nan), values.shape)
     if n_rows < 2:
         return np.full(values.shape, np.nan), group
-    # a cell's others: the two middle ones are its (lo)-th and (hi)-th smallest
-    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
-    r_lo, r_lo_next, r_hi, r_hi_next = nth(lo), nth(lo + 1), nth(hi), nth(hi + 1)
     enough = count - 1 >= least  # a non-NaN cell's others
     above = np.where(enough, (r_lo + r_hi) / 2, np.nan)  # v > r_hi
     between = np.where(enough, (r_lo + r_hi_next) / 2, np.nan)  # r_lo < v <= r_hi
