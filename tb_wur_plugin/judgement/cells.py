@@ -99,7 +99,8 @@ def cells_of(
         peer_log = np.full(v.shape, np.nan)
         group_log = np.full(v.shape, np.nan)
         for rows in group_rows:
-            peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
+            if len(rows) > MIN_PEERS:  # (fewer: neither median, NaN)
+                peer_log[rows], group_log[rows] = group_medians(log_v[rows], ranked[rows])
     with np.errstate(invalid="ignore"):
         peers_ok = positive & (peer_log >= np.log10(RUN_MOVING_FROM))
         # the gap to the group's median confirms it: among a few layers, one odd layer drags
@@ -157,26 +158,26 @@ def _medians(
     cell's others, by where v lies against the two middle ones, one of three per column.
     The arrays returned may be read-only broadcasts."""
     n_rows, n_cols = values.shape
-    if n_cols == 0:
+    least = max(min_others, 1)
+    if n_cols == 0 or (n_rows < min_layers and n_rows - 1 < least):
+        # too few rows for either median anywhere (a column's count is at most n_rows)
         return np.full(values.shape, np.nan), np.full(values.shape, np.nan)
     # [S, L]: each column's values (or ratios) ascending, NaN last
     ranked = np.sort((values if ratios is None else ratios).T, axis=1)
     valid = ~np.isnan(values)
     count = valid.sum(axis=0)
     cols = np.arange(n_cols)
-
-    def nth(k: np.ndarray) -> np.ndarray:  # r_k of each column (k within 0 .. n_rows - 1)
-        r_k = ranked[cols, np.minimum(np.maximum(k, 0), n_rows - 1)]
-        return r_k if ratios is None else np.log10(r_k, dtype=np.float64)
-
-    middle = (nth((count - 1) // 2) + nth(count // 2)) / 2  # of all n
+    # of all n, the two middle ones; of a cell's others, the (lo)-th and (hi)-th smallest
+    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
+    ks = np.stack([(count - 1) // 2, count // 2, lo, lo + 1, hi, hi + 1])
+    r_k = ranked[cols, np.minimum(np.maximum(ks, 0), n_rows - 1)]  # [6, S]: r_k of each column
+    if ratios is not None:
+        r_k = np.log10(r_k, dtype=np.float64)
+    r_mid, r_mid_next, r_lo, r_lo_next, r_hi, r_hi_next = r_k
+    middle = (r_mid + r_mid_next) / 2  # of all n
     group = np.broadcast_to(np.where(count >= min_layers, middle, np.nan), values.shape)
     if n_rows < 2:
         return np.full(values.shape, np.nan), group
-    # a cell's others: the two middle ones are its (lo)-th and (hi)-th smallest
-    lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
-    r_lo, r_lo_next, r_hi, r_hi_next = nth(lo), nth(lo + 1), nth(hi), nth(hi + 1)
-    least = max(min_others, 1)
     enough = count - 1 >= least  # a non-NaN cell's others
     above = np.where(enough, (r_lo + r_hi) / 2, np.nan)  # v > r_hi
     between = np.where(enough, (r_lo + r_hi_next) / 2, np.nan)  # r_lo < v <= r_hi

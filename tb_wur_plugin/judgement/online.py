@@ -87,13 +87,14 @@ class OnlineJudgement:
         self._last_step: int | None = None
         self._tags: list[str] = []
         self._row_of: dict[str, int] = {}
-        # the last call's tags, kinds and rows (a writer names the same layers at every step)
-        self._seen: tuple[tuple[str, ...], list[str], np.ndarray] | None = None
+        # the last call's tags, kinds and rows, and whether they are every row in order (a
+        # writer names the same layers at every step)
+        self._seen: tuple[tuple[str, ...], list[str], np.ndarray, bool] | None = None
         self._kinds: list[str] = []
         self._moved = np.zeros(0, bool)  # had a judged ratio > 0
         self._from_zero = np.zeros(0, bool)  # its first such ratio was +inf
         self._group_rows: list[np.ndarray] | None = None  # None: to be grouped again
-        self._rule_state = [_RuleState(self.patience, reasons[0].streak) for reasons in self._rules]
+        self._rule_state = [_RuleState(self.patience, reasons) for reasons in self._rules]
 
     @property
     def last_step(self) -> int | None:
@@ -140,10 +141,14 @@ class OnlineJudgement:
                              f"for {len(tags)} tags")
         rows = self._rows(tags, kinds)
         n_layers = len(self._tags)
-        column = np.full((n_layers, 1), np.nan)
-        column[rows, 0] = values
-        present = np.zeros((n_layers, 1), bool)
-        present[rows, 0] = True
+        if self._seen[3]:  # every layer, in row order
+            column = values.astype(np.float64)[:, None]
+            present = np.ones((n_layers, 1), bool)
+        else:
+            column = np.full((n_layers, 1), np.nan)
+            column[rows, 0] = values
+            present = np.zeros((n_layers, 1), bool)
+            present[rows, 0] = True
         moving_column = None
         if moving is not None:
             moving_values = np.asarray(moving, bool)
@@ -158,13 +163,12 @@ class OnlineJudgement:
             self._group_rows = [np.array(r) for r in groups.values()]
         cells = cells_of(column, present, np.array([bool(skipped)]), self._group_rows,
                          self._counting_band, self._moved[:, None], moving_column)
-        conditions = {key: table.evaluate(c, cells)[:, 0]
-                      for key, c in self._conditions.items()}
+        conditions = _Conditions(self._conditions, cells)
         # the layers that first move at this step join their group from the next step on
         with np.errstate(invalid="ignore"):
             first_moves = cells.judged[:, 0] & (column[:, 0] > 0) & ~self._moved
         if first_moves.any():
-            self._moved |= first_moves
+            self._moved = self._moved | first_moves  # (the cells read the old one)
             self._from_zero[first_moves] = column[first_moves, 0] == np.inf
             self._group_rows = None
         fired: list[tuple[int, int, Flag]] = []
@@ -211,7 +215,7 @@ class OnlineJudgement:
             for state in self._rule_state:
                 state.grow(len(self._tags))
             self._group_rows = None
-        self._seen = (tags, kinds, np.array(rows, np.intp))
+        self._seen = (tags, kinds, np.array(rows, np.intp), rows == list(range(len(self._tags))))
         return self._seen[2]
 
 
@@ -219,15 +223,18 @@ class _RuleState:
     """One rule's findings so far, per layer: found, and for a streak the streak in progress
     (its length, first step, the reason naming it, the hits in total, its ratios and gaps)."""
 
-    def __init__(self, patience: int, streak: bool):
-        self.patience, self.streak = patience, streak
+    def __init__(self, patience: int, reasons: tuple[table.Reason, ...]):
+        self.patience, self.streak = patience, reasons[0].streak
+        self.hit_key = reasons[0].hit_key
+        self.judges_key = reasons[0].judges_key if self.streak else None
+        self.in_progress = False  # a layer not found has a streak in progress
         self.found = np.zeros(0, bool)
         self.length = np.zeros(0, np.int64)
         self.since = np.zeros(0, np.int64)
         self.named = np.zeros(0, np.int64)  # index among the rule's reasons
         self.total = np.zeros(0, np.int64)
-        self.values = np.zeros((0, patience if streak else 0))
-        self.gaps = np.zeros((0, patience if streak else 0))
+        self.values = np.zeros((0, patience if self.streak else 0))
+        self.gaps = np.zeros((0, patience if self.streak else 0))
 
     def grow(self, n_layers: int) -> None:
         """Room for `n_layers` layers, the new ones with nothing found."""
@@ -243,18 +250,22 @@ class _RuleState:
         """Takes one step's cells (one column) and their conditions; (row, the finding's
         evidence) of each layer whose finding of this rule appears at this step."""
         rule = reasons[0]
+        hit = conditions[self.hit_key]
+        if not hit.any():  # nothing found, no streak extended
+            if self.streak and self.in_progress:
+                self.length[conditions[self.judges_key] & ~self.found] = 0  # broken
+                self.in_progress = bool(self.length.any())
+            return []
         values = cells.values[:, 0]
-        hit = conditions[rule.hit_key] & ~self.found
+        hit = hit & ~self.found
         if not rule.streak:
-            if not hit.any():
-                return []
             self.named[hit] = self._named(reasons, conditions, hit)
             self.found |= hit
             # the first hit: the finding's only step so far
             return [(int(row), table.Evidence(step, None, 1, values[row:row + 1],
                                               cells.gap[row, :1], band, kinds[row]))
                     for row in np.flatnonzero(hit)]
-        judged = conditions[rule.judges_key] & ~self.found
+        judged = conditions[self.judges_key] & ~self.found
         self.total += hit
         self.length[judged & ~hit] = 0  # broken
         extends = judged & hit
@@ -268,6 +279,8 @@ class _RuleState:
         self.length[rows] += 1
         complete = rows[self.length[rows] == self.patience]
         self.found[complete] = True
+        self.length[complete] = 0  # found: judged no more
+        self.in_progress = bool(self.length.any())
         return [(int(row), table.Evidence(int(self.since[row]), self.patience,
                                           int(self.total[row]), self.values[row].copy(),
                                           self.gaps[row].copy(), band, kinds[row]))
@@ -283,6 +296,19 @@ class _RuleState:
         for index, reason in reversed(list(enumerate(reasons))):
             names[conditions[reason.starts_key][rows]] = index
         return names
+
+
+class _Conditions(dict):
+    """{key: bool[L]}: the conditions (`table.conditions`) on one step's cells, each
+    evaluated when first read."""
+
+    def __init__(self, conditions: dict[str, table.Condition], cells: Cells):
+        super().__init__()
+        self._conditions, self._cells = conditions, cells
+
+    def __missing__(self, key: str) -> np.ndarray:
+        value = self[key] = table.evaluate(self._conditions[key], self._cells)[:, 0]
+        return value
 
 
 def others_moving_at(

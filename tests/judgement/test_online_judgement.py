@@ -289,3 +289,43 @@ def test_flag_is_importable_without_tensorflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+# --- random runs ------------------------------------------------------------------------------
+
+
+def random_run(seed: int) -> tuple[heatmap.RunMatrix, list[str]]:
+    """A run of a few layers of random kinds: healthy log-normal ratios with seeded 0, NaN,
+    ±inf, negative, tiny, huge and far-off values, steps the optimizer skipped, cells not
+    logged and layers that come late."""
+    rng = np.random.default_rng(seed)
+    n_layers, n_steps = int(rng.integers(1, 9)), int(rng.integers(8, 40))
+    level = 10.0 ** rng.uniform(-4, -1, n_layers)
+    values = level[:, None] * np.exp(rng.normal(0, 0.3, (n_layers, n_steps)))
+    odd = rng.random((n_layers, n_steps))
+    specials = np.array([0.0, np.nan, np.inf, -np.inf, -1.0, 1e-12, 0.7, 3.0])
+    special = rng.random((n_layers, n_steps)) < 0.15
+    values[special] = rng.choice(specials, int(special.sum()))
+    for row in rng.choice(n_layers, int(rng.integers(0, n_layers + 1)), replace=False):
+        start = int(rng.integers(0, n_steps))  # a defect from some step on
+        values[row, start:] = rng.choice([0.0, 1e-10, 1e-7, 0.8]) if rng.random() < 0.5 \
+            else values[row, start:] * rng.choice([1e-4, 1e3])
+    present = odd > 0.08
+    for row in rng.choice(n_layers, int(rng.integers(0, n_layers + 1)), replace=False):
+        present[row, :int(rng.integers(0, n_steps))] = False  # comes late
+    skipped = rng.random(n_steps) < 0.1
+    values[:, skipped] = 0.0
+    values = np.where(present, values, np.nan).astype(np.float32)
+    steps = np.cumsum(rng.integers(1, 4, n_steps))
+    kinds = list(rng.choice(["matrix", "vector", "unknown"], n_layers))
+    matrix = heatmap.RunMatrix(tuple(f"layer{i}" for i in range(n_layers)), steps, values,
+                               present, skipped)
+    return matrix, kinds
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_runs_fire_what_the_report_finds_when_it_finds_it(seed):
+    matrix, kinds = random_run(seed)
+    patience = 1 + seed % 4
+    low, high = SETTINGS[sorted(SETTINGS)[seed % 2]]
+    check_prefix_consistency(matrix, kinds, low, high, patience)
