@@ -25,14 +25,23 @@ from tb_wur_plugin import metadata
 
 
 def event_files(logdir: str) -> list[str]:
-    """The event files directly in `logdir`, in name order (write order): a local folder
+    """The event files directly in `logdir`, in write order (`write_order`): a local folder
     listed by the standard library, any other path `tf.io.gfile` reads through TensorFlow."""
     pattern = os.path.join(logdir, "events.out.tfevents.*")
     if "://" not in logdir:
-        return sorted(glob.glob(pattern))
+        return sorted(glob.glob(pattern), key=write_order)
     import tensorflow as tf
 
-    return sorted(tf.io.gfile.glob(pattern))
+    return sorted(tf.io.gfile.glob(pattern), key=write_order)
+
+
+def write_order(path: str) -> tuple:
+    """A sort key of event file paths in the order they were created: the fields of the name
+    after "tfevents." (seconds, host, pid, the process's writer count, suffix), numbers
+    compared as numbers. TensorFlow does not pad the writer count, so by name alone a
+    process's 10th file of a second sorts before its 9th."""
+    fields = os.path.basename(path).split("tfevents.", 1)[-1].split(".")
+    return tuple((0, int(f), "") if f.isdigit() else (1, 0, f) for f in fields)
 
 
 def _masked_crc32c(data: bytes) -> int:

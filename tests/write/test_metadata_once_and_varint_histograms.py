@@ -23,7 +23,7 @@ from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.arrays import numpy_math
 from tb_wur_plugin.writer import SummaryWriter
 
-from helpers import read_packed
+from helpers import event_files, read_packed
 from old_layout import OldLayoutWriter
 
 LAYERS = ("dense/kernel", "dense/bias", "head/kernel")
@@ -44,7 +44,7 @@ def _events(path):
 
 
 def _files(logdir):
-    return sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*")))
+    return event_files(str(logdir))
 
 
 def _assert_metadata_once(path):

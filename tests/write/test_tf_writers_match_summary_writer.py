@@ -8,7 +8,6 @@ plugin."""
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
@@ -18,7 +17,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from helpers import read_packed, reference_buckets, reference_ratio
+from helpers import event_files, read_packed, reference_buckets, reference_ratio
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.compat import v1 as wur_v1
 from tb_wur_plugin.tf_write import batched_write, watch
@@ -28,7 +27,7 @@ from tb_wur_plugin.writer import Counts, SummaryWriter
 def _summary_events(logdir):
     """[(path, [(step, wall_time, [Summary.Value])])] of each event file of `logdir`."""
     out = []
-    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    for path in event_files(logdir):
         out.append((path, [
             (e.step, e.wall_time, list(e.summary.value))
             for e in event_file_loader.EventFileLoader(path).Load() if e.summary.value
