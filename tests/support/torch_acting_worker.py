@@ -26,6 +26,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from rank_exit import exit_without_teardown
 
 K, STEPS, EVERY = 20, 60, 2
 SETTINGS = ("ddp_frozen", "ddp_nan", "fsdp2_frozen", "fsdp2_nan")
@@ -102,6 +103,7 @@ def train(rank: int, logdir: str, out_dir: str, settings: tuple[str, ...]) -> No
             run_setting(setting, rank, logdir, out_dir)
     finally:
         dist.destroy_process_group()
+    exit_without_teardown()
 
 
 if __name__ == "__main__":

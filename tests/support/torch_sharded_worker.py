@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from rank_exit import exit_without_teardown
 
 STEPS = 4
 EVERY = {"fsdp1_flat": 2}  # else 1
@@ -188,6 +189,7 @@ def train(rank: int, logdir: str, out_dir: str, settings: tuple[str, ...]) -> No
             run_setting(setting, rank, logdir, out_dir)
     finally:
         dist.destroy_process_group()
+    exit_without_teardown()
 
 
 if __name__ == "__main__":
