@@ -22,6 +22,13 @@ Workloads (float32, Adam; CPU unless --device names another):
   GPT2  GPT-2 small (transformers' GPT2LMHeadModel, 12 layers, n_embd 768, 12 heads, vocab
         50257; random initialisation, nothing downloaded): 148 parameters, 124 M weights
 
+Each line also gives the median minor page faults per step. On the CPU they come mostly
+from the bare step itself: Adam allocates temporaries of each parameter's size, and glibc's
+malloc, in some of its states, returns freed memory to the kernel and faults it in again at
+the next step (about 2,000 pages per MLP step). Which state a timing meets is chance; with
+MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 in the environment no
+step faults, and the ratios compare the steps' own work.
+
 On a CUDA device each timing synchronizes the device before it starts and before it ends.
 
     python benchmarks/torch_watch.py            # the table of benchmarks/RESULTS.md
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -81,8 +89,9 @@ def variants(model, optimizer, logdir):
             state["writer"] = SummaryWriter(os.path.join(logdir, f"run{len(os.listdir(logdir))}"))
             state["handle"] = watch(optimizer, model, state["writer"], every=every,
                                     histograms=histograms)
-            if every > 1:
-                optimizer.step()  # its logged step 0, before the timing
+            # its logged step 0, before the timing: a handle's first logged step allocates
+            # the copies that its later logged steps reuse
+            optimizer.step()
         return setup
 
     def stop_watch():
@@ -114,6 +123,11 @@ def variants(model, optimizer, logdir):
     }
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (pages the kernel mapped in on first touch)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on `device` (a CUDA device; nothing to wait for on the CPU)."""
     if device.type == "cuda":
@@ -127,6 +141,7 @@ def run(name: str, rounds: int, steps: int, smoke: bool, device: torch.device) -
     with tempfile.TemporaryDirectory() as logdir:
         table = variants(model, optimizer, logdir)
         times: dict[str, list[float]] = {v: [] for v in table}
+        faults: dict[str, list[float]] = {v: [] for v in table}
         for _ in range(rounds):
             order = list(table)
             random.shuffle(order)
@@ -134,11 +149,13 @@ def run(name: str, rounds: int, steps: int, smoke: bool, device: torch.device) -
                 setup, step, teardown = table[variant]
                 setup()
                 synchronize(device)
+                start_faults = minor_faults()
                 start = time.perf_counter()
                 for _ in range(steps):
                     step()
                 synchronize(device)
                 times[variant].append((time.perf_counter() - start) / steps)
+                faults[variant].append((minor_faults() - start_faults) / steps)
                 teardown()
     bare = times["bare"]
     n_params = sum(1 for _ in model.parameters())
@@ -146,13 +163,13 @@ def run(name: str, rounds: int, steps: int, smoke: bool, device: torch.device) -
     print(f"{name} ({device}): {n_params} parameters, {n_weights / 1e6:.2f} M weights, Adam; "
           f"{rounds} rounds x {steps} steps; bare step {statistics.median(bare) * 1e3:.3f} ms "
           "(median)")
-    print(f"{'variant':<24} ratio to bare step: median [min-max]; median ms per step")
+    print(f"{'variant':<24} ratio to bare step: median [min-max]; median ms per step; "
+          "median page faults per step")
     for variant, values in times.items():
-        if variant == "bare":
-            continue
         ratios = [v / b for v, b in zip(values, bare)]
         print(f"{variant:<24} {statistics.median(ratios):.3f} "
-              f"[{min(ratios):.3f}-{max(ratios):.3f}]; {statistics.median(values) * 1e3:.3f} ms")
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]; {statistics.median(values) * 1e3:.3f} ms; "
+              f"{statistics.median(faults[variant]):.0f}")
     print()
 
 

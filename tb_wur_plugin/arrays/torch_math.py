@@ -14,8 +14,8 @@ import torch
 from tb_wur_plugin import metadata
 from tb_wur_plugin.torch_internals import foreach
 
-# Tensors are reduced in chunks of this many elements: float32 norms of the chunks (one
-# fused `_foreach_norm` over all chunks of all parameters), their squares summed in float64.
+# Tensors are reduced in chunks of this many elements: norms of the chunks in the tensor's
+# precision, their squares summed in float64 (`sums_of_squares`).
 CHUNK_ELEMENTS = 1 << 16
 
 
@@ -85,25 +85,50 @@ def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
 
 def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
-    CHUNK_ELEMENTS elements in the tensor's precision (one fused op), squared and summed in
-    float64."""
-    chunks, owners = [], []
-    for i, tensor in enumerate(tensors):
-        if tensor.numel() <= CHUNK_ELEMENTS:
-            chunks.append(tensor)  # the norm of all its elements, whatever its shape
-            owners.append(i)
-        else:
-            parts = tensor.reshape(-1).split(CHUNK_ELEMENTS)
+    CHUNK_ELEMENTS elements in the tensor's precision, squared and summed in float64.
+
+    On a GPU the chunks' norms are one fused op. On the CPU a tensor's whole chunks are the
+    rows of one matrix and their norms one reduction over its rows (a fused op's call per
+    chunk costs more there than the chunk's arithmetic); the tensors of one chunk are one
+    fused op.
+    """
+    device = tensors[0].device
+    if device.type != "cpu":
+        chunks, owners = [], []
+        for i, tensor in enumerate(tensors):
+            parts = _chunks(tensor)
             chunks.extend(parts)
             owners.extend([i] * len(parts))
-    device = tensors[0].device
-    squares = torch.stack(foreach.norms(chunks)).to(torch.float64).square()
-    if len(chunks) == len(tensors):
+        norms = torch.stack(foreach.norms(chunks))
+    else:
+        single = [i for i, t in enumerate(tensors) if t.numel() <= CHUNK_ELEMENTS]
+        pieces = [torch.stack(foreach.norms([tensors[i] for i in single]))] if single else []
+        owners = list(single)
+        for i, tensor in enumerate(tensors):
+            if tensor.numel() <= CHUNK_ELEMENTS:
+                continue
+            flat = tensor.reshape(-1)
+            whole = flat.numel() // CHUNK_ELEMENTS * CHUNK_ELEMENTS
+            pieces.append(torch.linalg.vector_norm(flat[:whole].view(-1, CHUNK_ELEMENTS), dim=1))
+            if whole < flat.numel():
+                pieces.append(torch.linalg.vector_norm(flat[whole:]).reshape(1))
+            owners.extend([i] * -(-flat.numel() // CHUNK_ELEMENTS))
+        norms = torch.cat([p.to(torch.float64) for p in pieces])
+    squares = norms.to(torch.float64).square()
+    if len(owners) == len(tensors) and owners == sorted(owners):
         return squares
     index = torch.tensor(owners, device=device)
     return torch.zeros(len(tensors), dtype=torch.float64, device=device).index_add_(
         0, index, squares
     )
+
+
+def _chunks(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The tensor itself (at most CHUNK_ELEMENTS elements, whatever its shape), else its
+    elements in order in pieces of CHUNK_ELEMENTS."""
+    if tensor.numel() <= CHUNK_ELEMENTS:
+        return [tensor]
+    return list(tensor.reshape(-1).split(CHUNK_ELEMENTS))
 
 
 def needs_exact_norm(sum_of_squares: float) -> bool:

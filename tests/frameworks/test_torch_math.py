@@ -178,3 +178,26 @@ def test_watch_keeps_one_copy_between_logged_steps_until_removed(tmp_path, monke
     handle.remove()
     gc.collect()
     assert all(ref() is None for ref in kept), "remove() keeps the copies"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sums_of_squares_of_chunked_tensors(threads, monkeypatch):
+    """Σx² of tensors of one chunk and of many (a partial last chunk or none), float32 and
+    float64, contiguous or not, mixed in one call, against numpy's float64 sums; the
+    chunking bounds float32's error (a whole-tensor float32 norm is ~100× further off)."""
+    monkeypatch.setattr(torch_math, "CHUNK_ELEMENTS", 4096)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(7)
+    tensors = [torch.randn(n, generator=generator) * scale for n, scale in
+               [(300_001, 1.0), (7, 1e-3), (4096, 1e10), (3 * 4096, 1.0), (0, 1.0)]]
+    tensors.append(torch.randn(50_000, generator=generator, dtype=torch.float64) * 1e-100)
+    tensors.append(torch.randn(200, 90, generator=generator).t())  # not contiguous
+    tensors[0][::7] *= 100
+    try:
+        got = torch_math.sums_of_squares(tensors)
+    finally:
+        torch.set_num_threads(previous)
+    expected = [float(np.sum(t.double().numpy() ** 2)) for t in tensors]
+    assert got.dtype == torch.float64 and got.shape == (len(tensors),)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=2e-6)
