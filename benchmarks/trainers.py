@@ -6,7 +6,9 @@ optimizer by a plain callback; every=1 (every step logged) and every=10**9 (no s
 after step 0). Runs are interleaved in one process; per run, the whole training call's time
 per step (setup included) and the steady time per step (from the end of update STEPS // 4 to
 the end of training: no setup, no first steps; the device synchronized at both ends); the
-medians over repeats, as ratios to the same trainer's bare run.
+medians over repeats, as ratios to the same trainer's bare run. Each repeat runs every case
+once, in a random order. Then, per repeat, the steady time of the callback over that of
+`watch` by hand, beside the two bare runs' (identical work: the noise floor).
 
 Models (--model): tiny, a 4-layer GPT-2 (n_embd 128, vocab 512, batch 8 × 64 tokens);
 small, GPT-2 small (12 layers, n_embd 768, 12 heads, vocab 50257; batch 8 × 512 random
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import socket
 import statistics
 import sys
@@ -379,8 +382,9 @@ def main() -> None:
     if not a.smoke:  # a warm-up for the timings (a smoke run's are not read)
         for trainer in a.trainers:
             RUNS[trainer](Setup(a.model, a.device, a.fsdp, 5), "bare", 1)
+    order = random.Random(0)
     for _ in range(a.repeats):
-        for trainer, kind, every in cases:
+        for trainer, kind, every in order.sample(cases, len(cases)):
             times[(trainer, kind, every)].append(RUNS[trainer](setup, kind, every))
     if a.fsdp:
         print(f"timed runs: FSDP version {setup.fsdp_version} (the Trainer's default)")
@@ -392,6 +396,16 @@ def main() -> None:
                 whole, steady = (statistics.median(t) for t in zip(*times[(trainer, kind, every)]))
                 print(f"{trainer:<10} every={every:<10} {kind:<8} {1e3 * whole:8.2f} ms/step "
                       f"x{whole / bare[0]:.3f} | {1e3 * steady:8.2f} ms/step x{steady / bare[1]:.3f}")
+    print("per repeat, steady time per step: the callback / watch by hand (same every), and "
+          "bare every=1 / bare every=10**9 (identical runs: the noise floor); median [min-max]")
+    for trainer in a.trainers:
+        pairs = [(f"callback / watch, every={every}", (trainer, "callback", every),
+                  (trainer, "watch", every)) for every in (1, 10**9)]
+        pairs.append(("bare / bare", (trainer, "bare", 1), (trainer, "bare", 10**9)))
+        for label, top, bottom in pairs:
+            ratios = [x[1] / y[1] for x, y in zip(times[top], times[bottom])]
+            print(f"{trainer:<10} {label:<36} {statistics.median(ratios):.3f} "
+                  f"[{min(ratios):.3f}-{max(ratios):.3f}]")
     if failed:
         sys.exit(1)
 

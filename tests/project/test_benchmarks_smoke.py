@@ -96,6 +96,9 @@ def test_trainers_benchmark_smoke():
         for kind in ("bare", "callback", "watch"):
             assert any(line.startswith(trainer) and f" {kind} " in line
                        for line in out.splitlines()), (trainer, kind, out)
+        for pair in ("callback / watch, every=1 ", "bare / bare "):
+            assert any(line.startswith(trainer) and pair in line
+                       for line in out.splitlines()), (trainer, pair, out)
 
 
 def test_online_judgement_benchmark_smoke():
