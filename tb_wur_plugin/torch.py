@@ -511,7 +511,7 @@ class WatchHandle:
                 news = [torch_math.work(entries[i].tensor) for i in indices]
                 weight_sums = torch_math.sums_of_squares(olds)
                 if self._histograms:
-                    device_counts = [torch_math.elementwise_counts(o, n) for o, n in zip(olds, news)]
+                    device_counts = torch_math.elementwise_counts_of(olds, news)
                 foreach.sub_(olds, news)  # olds := w_before − w_after = −Δw
                 sums = torch.cat([weight_sums, torch_math.sums_of_squares(olds)]).cpu().numpy()
                 for k, i in enumerate(indices):

@@ -286,6 +286,72 @@ def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tenso
     return counts
 
 
+def elementwise_counts_of(befores: list[torch.Tensor],
+                          afters: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`elementwise_counts` of each pair (befores[i], afters[i]), the same counts: tensors
+    of fewer elements than a chunk (on the CPU HISTOGRAM_CPU_CHUNK_ELEMENTS, elsewhere
+    HISTOGRAM_CHUNK_ELEMENTS), float32 or float64, are bucketed together, up to a chunk at a
+    time (a dozen ops for all of them rather than for each); the others one by one.
+
+    Args:
+      befores, afters: lists of equal length; pairs of floating-point tensors of one shape,
+        dtype and device, all on one device.
+
+    Returns:
+      int64[NUM_BUCKETS] per pair, on the device.
+    """
+    if not befores:
+        return []
+    device = befores[0].device
+    chunk = HISTOGRAM_CPU_CHUNK_ELEMENTS if device.type == "cpu" else HISTOGRAM_CHUNK_ELEMENTS
+    counts: list[Any] = [None] * len(befores)
+    batches: dict[torch.dtype, list[list[int]]] = {}  # of each dtype: its batches' members
+    filled: dict[torch.dtype, int] = {}  # the elements of each dtype's last batch
+    for i, before in enumerate(befores):
+        size = before.numel()
+        if before.dtype not in _INT_OF or size >= chunk:
+            counts[i] = elementwise_counts(before, afters[i])
+            continue
+        batch = batches.setdefault(before.dtype, [[]])
+        if filled.get(before.dtype, 0) + size > chunk:
+            batch.append([])
+            filled[before.dtype] = 0
+        batch[-1].append(i)
+        filled[before.dtype] = filled.get(before.dtype, 0) + size
+    for members in (m for batch in batches.values() for m in batch):
+        rows = _counts_of_rows([befores[i] for i in members], [afters[i] for i in members])
+        for i, row in zip(members, rows):
+            counts[i] = row
+    return counts
+
+
+def _counts_of_rows(befores: list[torch.Tensor], afters: list[torch.Tensor]) -> torch.Tensor:
+    """int64[len(befores), NUM_BUCKETS]: `elementwise_counts` of each pair, the pairs' values
+    (one float dtype, one device) bucketed in one pass over their concatenation."""
+    device, dtype = befores[0].device, befores[0].dtype
+    tables = _bit_tables(dtype, device)
+    sizes = [b.numel() for b in befores]
+    old = torch.cat([b.reshape(-1) for b in befores])
+    new = torch.cat([a.reshape(-1) for a in afters])
+    bits = torch.sub(new, old).div_(old).view(tables.int_dtype)
+    bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
+    fine = torch.empty_like(bits)
+    _fine_key_of_each(bits, tables, fine, torch.empty_like(bits))
+    buckets = torch.index_select(tables.buckets, 0, fine.to(torch.int64))
+    rows = torch.repeat_interleave(
+        torch.arange(len(sizes), device=device) * metadata.NUM_BUCKETS,
+        torch.tensor(sizes, device=device))
+    counts = torch.bincount(buckets.add_(rows), minlength=len(sizes) * metadata.NUM_BUCKETS)
+    counts = counts.view(len(sizes), metadata.NUM_BUCKETS)
+    # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0 (as `elementwise_counts` does)
+    if device.type != "cpu" or bool(counts[:, metadata.NAN_BUCKET].any()):
+        zero_over_zero = torch.stack([torch.count_nonzero((b == 0) & (a == 0))
+                                      for b, a in zip(befores, afters)])
+        counts[:, metadata.NAN_BUCKET] -= zero_over_zero
+        counts[:, metadata.ZERO_BUCKET] += zero_over_zero
+    return counts
+
+
 def bucket_counts(values: torch.Tensor) -> torch.Tensor:
     """int64[NUM_BUCKETS] on the values' device: `values` (floating point, any shape)
     compared with the protocol's edges in their own precision: ZERO_BUCKET for +-0,
@@ -327,13 +393,20 @@ def _fine_keys(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
     """int64[2 * fine_bins]: how many of the values whose bits are the vector `bits` have
     each key of `tables.buckets`; `fine` and `below` (of the bits' shape and dtype) are
     overwritten."""
+    _fine_key_of_each(bits, tables, fine, below)
+    return torch.bincount(fine, minlength=2 * tables.fine_bins)
+
+
+def _fine_key_of_each(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
+                      below: torch.Tensor) -> None:
+    """fine := the key (an index of `tables.buckets`) of each value whose bits are the
+    vector `bits`; `below` (of the bits' shape and dtype) is overwritten."""
     width = torch.iinfo(tables.int_dtype).bits
     torch.bitwise_right_shift(bits, tables.shift, out=fine).bitwise_and_(tables.fine_bins - 1)
     torch.index_select(tables.thresholds, 0, fine, out=below)
     torch.sub(bits, below, out=below)  # within one fine bin: no overflow
     below.bitwise_right_shift_(width - 1)  # -1 below the bin's threshold, else 0
     fine.sub_(below, alpha=tables.fine_bins)  # the key: fine bin, + fine_bins below
-    return torch.bincount(fine, minlength=2 * tables.fine_bins)
 
 
 def _counts_of_keys(keys: torch.Tensor, tables: _BitTables) -> torch.Tensor:

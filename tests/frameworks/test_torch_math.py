@@ -201,3 +201,30 @@ def test_sums_of_squares_of_chunked_tensors(threads, monkeypatch):
     expected = [float(np.sum(t.double().numpy() ** 2)) for t in tensors]
     assert got.dtype == torch.float64 and got.shape == (len(tensors),)
     np.testing.assert_allclose(got.numpy(), expected, rtol=2e-6)
+
+
+@pytest.mark.parametrize("chunk", [None, 3000])
+def test_counts_of_many_pairs_are_each_pairs_counts(chunk, monkeypatch):
+    """`elementwise_counts_of` buckets small pairs together (in batches of a chunk) and large
+    ones alone: each pair's counts are `elementwise_counts`' own, for float32 and float64
+    pairs mixed, adversarial values (0/0, NaN, ±inf, edges), empty and non-contiguous
+    tensors, and a pair whose 0/0 is the only NaN of its batch."""
+    if chunk is not None:
+        monkeypatch.setattr(torch_math, "HISTOGRAM_CPU_CHUNK_ELEMENTS", chunk)
+    pairs = []
+    for dtype in (torch.float32, torch.float64):
+        w, new = _weights_and_updates(dtype)
+        for start, stop in [(0, 1000), (1000, 1001), (1001, 1001), (2000, 4500), (5000, 9000)]:
+            pairs.append((w[start:stop], new[start:stop]))
+        finite = torch.isfinite(w) & torch.isfinite(new) & (w != 0)
+        pairs.append((w[finite][:500], new[finite][:500]))
+        pairs.append((w[:600].view(20, 30).t(), new[:600].view(20, 30).t()))  # not contiguous
+    zero = torch.tensor([0.0, 1.0, 2.0])
+    pairs.append((zero, torch.tensor([0.0, 1.5, 2.0])))  # one 0/0, no other NaN
+    got = torch_math.elementwise_counts_of([b for b, _ in pairs], [a for _, a in pairs])
+    assert len(got) == len(pairs)
+    for (before, after), counts in zip(pairs, got):
+        expected = torch_math.elementwise_counts(before, after)
+        assert counts.dtype == torch.int64 and torch.equal(counts, expected)
+    assert got[-1][metadata.ZERO_BUCKET] == 2 and got[-1][metadata.NAN_BUCKET] == 0
+    assert torch_math.elementwise_counts_of([], []) == []
