@@ -247,7 +247,6 @@ def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histog
             norms[i] = torch_math.exact_norm(t)
     counts = None
     if histograms:
-        counts = torch.stack([
-            torch_math.elementwise_counts(b, a.detach()) for b, a in zip(before, after)
-        ]).cpu().numpy()
+        counts = torch.stack(torch_math.elementwise_counts_of(
+            list(before), [a.detach() for a in after])).cpu().numpy()
     return ratios_from_norms(norms[n:], norms[:n]), counts
