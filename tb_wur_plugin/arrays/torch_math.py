@@ -338,15 +338,17 @@ def _counts_of_rows(befores: list[torch.Tensor], afters: list[torch.Tensor]) -> 
     fine = torch.empty_like(bits)
     _fine_key_of_each(bits, tables, fine, torch.empty_like(bits))
     buckets = torch.index_select(tables.buckets, 0, fine.to(torch.int64))
-    rows = torch.repeat_interleave(
-        torch.arange(len(sizes), device=device) * metadata.NUM_BUCKETS,
-        torch.tensor(sizes, device=device))
-    counts = torch.bincount(buckets.add_(rows), minlength=len(sizes) * metadata.NUM_BUCKETS)
+    row_of_each = torch.repeat_interleave(  # the pair of each value
+        torch.arange(len(sizes), device=device), torch.tensor(sizes, device=device),
+        output_size=old.numel())
+    keys = buckets.add_(row_of_each * metadata.NUM_BUCKETS)
+    counts = torch.bincount(keys, minlength=len(sizes) * metadata.NUM_BUCKETS)
     counts = counts.view(len(sizes), metadata.NUM_BUCKETS)
-    # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0 (as `elementwise_counts` does)
+    # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0 (as `elementwise_counts` does). Reading
+    # a count costs nothing on the CPU, so there this pass runs only when there are NaNs.
     if device.type != "cpu" or bool(counts[:, metadata.NAN_BUCKET].any()):
-        zero_over_zero = torch.stack([torch.count_nonzero((b == 0) & (a == 0))
-                                      for b, a in zip(befores, afters)])
+        zero_over_zero = torch.zeros(len(sizes), dtype=torch.int64, device=device).index_add_(
+            0, row_of_each, ((old == 0) & (new == 0)).to(torch.int64))
         counts[:, metadata.NAN_BUCKET] -= zero_over_zero
         counts[:, metadata.ZERO_BUCKET] += zero_over_zero
     return counts
