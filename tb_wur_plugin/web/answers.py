@@ -121,7 +121,7 @@ class Answers:
             self._data.matrix(ctx, experiment, run, listing)
             for run, listing in zip(runs, listings)
         ]
-        steps = np.unique(np.concatenate([m.steps for m in matrices]))
+        steps = _steps_of(matrices)
         if not len(steps):
             raise errors.NotFoundError("no wur ratios in the requested runs")
         start = int(steps[0]) if start is None else start
@@ -141,8 +141,7 @@ class Answers:
         columns: int, reduction: str, metric: str,
     ) -> bytes:
         """The heatmap_wire payload of `heatmap_impl`, computed from `runs`' matrices."""
-        steps = np.unique(np.concatenate([m.steps for m in matrices]))
-        cols = heatmap.make_columns(steps, start, end, columns)
+        cols = heatmap.make_columns(_steps_of(matrices), start, end, columns)
         arrays: dict[str, np.ndarray] = {
             "column_start": cols.start.astype(np.float64),
             "column_first": cols.first,
@@ -450,3 +449,9 @@ def _align_line_search(series: list[list]) -> tuple[list[int], list[list[float]]
         columns.append([last.get(s, math.nan) for s in steps])
     return steps, columns
 
+
+def _steps_of(matrices: list[heatmap.RunMatrix]) -> np.ndarray:
+    """The union of the matrices' steps, sorted (one matrix's steps are already)."""
+    if len(matrices) == 1:
+        return matrices[0].steps
+    return np.unique(np.concatenate([m.steps for m in matrices]))

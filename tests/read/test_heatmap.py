@@ -172,6 +172,23 @@ def test_encoding_matches_python_formatting_on_random_ratios():
     assert [f"{v:.2e}" for v in decoded] == [f"{v:.2e}" for v in values]
 
 
+def test_encoding_block_by_block_is_each_cells_own_code(monkeypatch):
+    """encode_cells takes its cells a block at a time: each cell's code, over blocks of a
+    2-D array (its rows longer than a block, the last block short), is the code of that cell
+    encoded alone, for ratios, near ties, specials and missing cells."""
+    monkeypatch.setattr(heatmap_wire, "_BLOCK_CELLS", 700)
+    rng = np.random.default_rng(5)
+    values = 10.0 ** rng.uniform(-45, 25, size=(3, 1234))
+    values.flat[::13] = (rng.integers(100, 999, values.size)[::13] + 0.5) * 1e-5
+    values.flat[::17] = np.array([0.0, np.inf, -1.0, np.nan])[rng.integers(0, 4, values.size)[::17]]
+    missing = rng.random(values.shape) < 0.1
+    codes = heatmap_wire.encode_cells(values, missing)
+    assert codes.shape == values.shape and codes.dtype == np.uint16
+    alone = [heatmap_wire.encode_cells(np.array([v]), np.array([m]))[0]
+             for v, m in zip(values.ravel(), missing.ravel())]
+    assert codes.ravel().tolist() == alone
+
+
 def test_pack_round_trips_arrays_and_header():
     arrays = {"codes": np.arange(0, 60000, 7, dtype=np.uint16), "start": np.array([0.0, 5.5]),
               "count": np.array([3, 4], np.uint32)}
