@@ -34,8 +34,8 @@ import numpy as np
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.judgement import reasons as table
+from tb_wur_plugin.judgement.blocks import conditions_of, in_float32
 from tb_wur_plugin.judgement.cells import (
-    cells_of,
     group_medians,
     others_at_least,
     positive_log10,
@@ -280,8 +280,9 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
 
 # --- the whole run, in blocks of steps ----------------------------------------------------------
 
-# Cells judged at once (bounds the temporaries of a large run: ~15 float64 arrays of a block).
-_BLOCK_CELLS = 1 << 18
+# Cells judged at once (bounds the temporaries of a large run: float32 and bool arrays of a
+# block; an eighth as many where blocks.py leaves them to cells.cells_of, ~15 float64 arrays).
+_BLOCK_CELLS = 1 << 21
 # The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
 # (kept as bits: a large run's cells at about 16 bits a cell).
 _FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
@@ -311,42 +312,50 @@ class _JudgedRun:
         skipped_steps = matrix.skipped_mask
         # the column at which each layer first moved (a judged ratio > 0; n_steps: never),
         # and whether it grew from zero there (+inf)
-        first_move = np.full(n_layers, n_steps)
-        from_zero = []
-        for row in range(n_layers):
-            v_row = matrix.values[row]
-            with np.errstate(invalid="ignore"):
-                moved = matrix.present[row] & ~skipped_steps & (v_row > 0)
-            first = int(np.argmax(moved)) if n_steps else 0
-            if n_steps and moved[first]:
-                first_move[row] = first
-            from_zero.append(bool(n_steps and moved[first]) and v_row[first] == np.inf)
-        self.groups = list(zip(self.kinds, from_zero))
+        first_move = _first_moves(matrix)
+        moved = first_move < n_steps
+        from_zero = np.zeros(n_layers, bool)
+        from_zero[moved] = matrix.values[np.flatnonzero(moved), first_move[moved]] == np.inf
+        self.groups = list(zip(self.kinds, from_zero.tolist()))
         group_rows = [[i for i, g in enumerate(self.groups) if g == group]
                       for group in set(self.groups)]
         counting_band = self.band if self.band is not None else DEFAULT_BAND
         sources = {**{fact: fact for fact in _FACTS}, **table.conditions(table.active(self.band))}
-        self._bits = {key: np.zeros((n_layers, -(-n_steps // 8)), np.uint8) for key in sources}
-        width = max(8, (_BLOCK_CELLS // max(n_layers, 1)) // 8 * 8)
+        # each condition's bits, where it holds at some cell; and whether at every cell
+        self._bits: dict[str, np.ndarray] = {}
+        self._everywhere = dict.fromkeys(sources, True)
+        n_bytes = -(-n_steps // 8)
+        cells = _BLOCK_CELLS if in_float32(matrix.values.dtype, sources) else _BLOCK_CELLS // 8
+        width = max(8, (cells // max(n_layers, 1)) // 8 * 8)
         for c0 in range(0, n_steps, width):
             c1 = min(c0 + width, n_steps)
-            moved_before = np.arange(c0, c1)[None, :] > first_move[:, None]
-            cells = cells_of(
+            holds = conditions_of(
                 matrix.values[:, c0:c1], matrix.present[:, c0:c1], skipped_steps[c0:c1],
-                group_rows, counting_band, moved_before,
-                None if moving is None else moving[:, c0:c1],
+                group_rows, counting_band, first_move, c0,
+                None if moving is None else moving[:, c0:c1], sources,
             )
-            for key, condition in sources.items():
-                holds = table.evaluate(condition, cells)
-                if holds.any():  # (the bits start all 0: most conditions hold nowhere)
-                    self._bits[key][:, c0 // 8:-(-c1 // 8)] = np.packbits(holds, axis=1)
+            for key, where in holds.items():
+                if where is not True:
+                    self._everywhere[key] = False
+                if where is False or (where is not True and not where.any()):
+                    continue  # (the bits start all 0: most conditions hold nowhere)
+                if key not in self._bits:
+                    self._bits[key] = np.zeros((n_layers, n_bytes), np.uint8)
+                self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if where is True \
+                    else np.packbits(where, axis=1)
+        self._nowhere = np.zeros(n_steps, bool)
+        self._nowhere.flags.writeable = False
+        self._every = np.ones(n_steps, bool)
+        self._every.flags.writeable = False
 
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
         n = len(self.matrix.steps)
         for row in range(len(self.matrix.tags)):
-            c = {name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
-                 for name, b in self._bits.items()}
+            c = {name: self._every if everywhere else self._nowhere
+                 for name, everywhere in self._everywhere.items()}
+            c.update({name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
+                      for name, b in self._bits.items() if not self._everywhere[name]})
             found = {}
             for reasons in self.rules.values():
                 hit = c[reasons[0].hit_key]
@@ -380,6 +389,24 @@ class _JudgedRun:
             values=v[at], gaps=log_v[at] - peer_log[at], band=self.band, kind=self.kinds[row],
         )
         return table.BY_NAME[reason].words(evidence)
+
+
+def _first_moves(matrix: Ratios) -> np.ndarray:
+    """int[L]: the column at which each layer first had a judged ratio > 0 (the column
+    count: never), searched a few columns at a time from the first."""
+    n_layers, n_steps = matrix.values.shape
+    first = np.full(n_layers, n_steps)
+    todo = np.arange(n_layers)
+    c0, width = 0, 64
+    while len(todo) and c0 < n_steps:
+        c1 = min(c0 + width, n_steps)
+        with np.errstate(invalid="ignore"):
+            moved = (matrix.present[todo, c0:c1] & ~matrix.skipped_mask[None, c0:c1]
+                     & (matrix.values[todo, c0:c1] > 0))
+        found = moved.any(axis=1)
+        first[todo[found]] = c0 + np.argmax(moved[found], axis=1)
+        todo, c0, width = todo[~found], c1, width * 2
+    return first
 
 
 def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
