@@ -215,37 +215,56 @@ def order_statistics(values: np.ndarray, ks: np.ndarray) -> np.ndarray:
         return _sorted_columns(values)[np.arange(n_cols), ks]
     half = (n_rows + 1) // 2
     a, b = _sorted_columns(values[:half]), _sorted_columns(values[half:])
-    return np.stack([_kth_of_two(a, b, k) for k in ks])
+    first = ks.min(axis=0)
+    span = int((ks - first).max()) + 1  # (the medians' ranks: 3 in a row)
+    if span <= 3:
+        return np.take_along_axis(_run_of_two(a, b, first, span), ks - first, axis=0)
+    return np.concatenate([_run_of_two(a, b, k, 1) for k in ks])
 
 
 def _sorted_columns(values: np.ndarray) -> np.ndarray:
-    """[C, R]: each column of `values` [R, C] ascending, NaN last (rows copied whole first:
-    reading a large matrix's columns across its rows is slow)."""
-    columns = np.ascontiguousarray(values).T.copy()
+    """[C, R]: each column of `values` [R, C] ascending, NaN last (transposed _TILE columns at
+    a time, each copied by rows first: reading a large matrix's columns across its rows, or
+    transposing more than the caches hold, is slow)."""
+    n_rows, n_cols = values.shape
+    columns = np.empty((n_cols, n_rows), values.dtype)
+    for c0 in range(0, n_cols, _TILE):
+        columns[c0:c0 + _TILE] = np.ascontiguousarray(values[:, c0:c0 + _TILE]).T
     columns.sort(axis=1)
     return columns
 
 
-def _kth_of_two(a: np.ndarray, b: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """[C]: the k[j]-th smallest of rows a[j] and b[j] together (each ascending, NaN last,
-    NaN taken as +inf), by a search of how many of the k[j] + 1 smallest are a[j]'s."""
+_TILE = 128
+
+
+def _run_of_two(a: np.ndarray, b: np.ndarray, k: np.ndarray, m: int) -> np.ndarray:
+    """[m, C]: the k[j]-th to (k[j] + m - 1)-th smallest of rows a[j] and b[j] together
+    (each ascending, NaN last, NaN taken as +inf), by a search of how many of the k[j] + 1
+    smallest are a[j]'s, then a merge of the next ones."""
     cols = np.arange(len(k))
     n_a, n_b = a.shape[1], b.shape[1]
+
+    def at(rows: np.ndarray, i: np.ndarray, n: int) -> np.ndarray:  # NaN past the row
+        return np.where((i >= 0) & (i < n), rows[cols, np.clip(i, 0, n - 1)], np.nan)
+
     lo, hi = np.maximum(k + 1 - n_b, 0), np.minimum(k + 1, n_a)
     with np.errstate(invalid="ignore"):
         while True:
             open_ = lo < hi
             if not open_.any():
                 break
-            mid = (lo + hi) // 2
-            # mid < hi <= n_a and 1 <= k + 1 - mid <= n_b where open
-            more = a[cols, np.minimum(mid, n_a - 1)] < b[cols, np.clip(k - mid, 0, n_b - 1)]
-            more |= np.isnan(b[cols, np.clip(k - mid, 0, n_b - 1)]) & ~np.isnan(
-                a[cols, np.minimum(mid, n_a - 1)])
+            mid = (lo + hi) // 2  # (where open: mid < n_a and 0 <= k - mid < n_b)
+            from_a, from_b = at(a, mid, n_a), at(b, k - mid, n_b)
+            more = (from_a < from_b) | (np.isnan(from_b) & ~np.isnan(from_a))
             lo = np.where(open_ & more, mid + 1, lo)
             hi = np.where(open_ & ~more, mid, hi)
-        j = k + 1 - lo
-        from_a = np.where(lo > 0, a[cols, np.maximum(lo - 1, 0)], -np.inf)
-        from_b = np.where(j > 0, b[cols, np.clip(j - 1, 0, n_b - 1)], -np.inf)
-        out = np.maximum(from_a, from_b)
+        i, j = lo, k + 1 - lo  # the k + 1 smallest: a's first i, b's first j
+        out = [np.maximum(np.where(i > 0, at(a, i - 1, n_a), -np.inf),
+                          np.where(j > 0, at(b, j - 1, n_b), -np.inf))]
+        for _ in range(m - 1):
+            from_a, from_b = at(a, i, n_a), at(b, j, n_b)
+            take_a = (from_a <= from_b) | np.isnan(from_b)
+            out.append(np.where(take_a, from_a, from_b))
+            i, j = i + take_a, j + ~take_a
+    out = np.stack(out)
     return np.where(np.isnan(out), np.inf, out).astype(a.dtype, copy=False)

@@ -27,7 +27,10 @@ the finding at `since` (on a tie, the first in the table).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
+import os
 from typing import Iterator, Protocol
 
 import numpy as np
@@ -160,41 +163,45 @@ def judge_layers(
     """
     run = _JudgedRun(matrix, low, high, patience, kinds, moving)
     steps = matrix.steps
+    medians = run.medians()
     layers = []
     for row, c, found in run.rows():
         below_row, above_row = c["below"], c["above"]
-        logged_cols = np.flatnonzero(c["present"])
-        n_judged = int(c["judged"].sum())
-        finite_values = matrix.values[row][c["finite"]]
+        n_logged = np.count_nonzero(c["present"])
+        last_col = None if not n_logged else len(steps) - 1 if n_logged == len(steps) \
+            else int(np.flatnonzero(c["present"])[-1])
+        n_judged = np.count_nonzero(c["judged"])
+        n_above, n_below = np.count_nonzero(above_row), np.count_nonzero(below_row)
         since = reason = None
         if found:
             reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
             since = int(steps[found[reason].cols[0]])
         finding = found.get(reason)
         band_found = [f for r, f in found.items() if table.BY_NAME[r].judgement == table.BAND]
-        out_steps = steps[below_row | above_row]
-        broken_steps = steps[c["broken"]]
+        out_steps = steps[below_row | above_row] if n_above or n_below else steps[:0]
+        broken_steps = steps[c["broken"]] if c["broken"].any() else steps[:0]
+        inf_steps = steps[c["infinite"]] if c["infinite"].any() else steps[:0]
         layer = {
             "tag": matrix.tags[row],
-            "logged_steps": len(logged_cols),
-            "median": _median(finite_values) if len(finite_values) else None,
-            "last": float(matrix.values[row, logged_cols[-1]]) if len(logged_cols) else None,
-            "above": int(above_row.sum()),
-            "below": int(below_row.sum()),
-            "nonfinite": int(c["nonfinite"].sum()),
+            "logged_steps": n_logged,
+            "median": medians[row],
+            "last": float(matrix.values[row, last_col]) if n_logged else None,
+            "above": n_above,
+            "below": n_below,
+            "nonfinite": np.count_nonzero(c["nonfinite"]),
             "flagged": since is not None,
             "since": since,
             "reason": reason,
             "text": run.text(row, reason, finding) if finding else None,
             "kind": run.kinds[row],
             "judged_steps": n_judged,
-            "skipped_steps": int(c["skipped"].sum()),
+            "skipped_steps": np.count_nonzero(c["skipped"]),
             "steps_in_a_row": finding.in_a_row if finding else None,
             "steps_in_total": finding.total if finding else None,
             "nan_steps": len(broken_steps),
-            "inf_steps": int(c["infinite"].sum()),
+            "inf_steps": len(inf_steps),
             "first_nan_step": _first(broken_steps),
-            "first_inf_step": _first(steps[c["infinite"]]),
+            "first_inf_step": _first(inf_steps),
             "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
             "first_out_of_band_step": _first(out_steps),
             "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
@@ -283,6 +290,8 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
 # Cells judged at once (bounds the temporaries of a large run: float32 and bool arrays of a
 # block; an eighth as many where blocks.py leaves them to cells.cells_of, ~15 float64 arrays).
 _BLOCK_CELLS = 1 << 21
+# Threads that share a run's blocks, and then its layers' medians.
+_THREADS = min(2, os.cpu_count() or 1)
 # The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
 # (kept as bits: a large run's cells at about 16 bits a cell).
 _FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
@@ -324,38 +333,70 @@ class _JudgedRun:
         # each condition's bits, where it holds at some cell; and whether at every cell
         self._bits: dict[str, np.ndarray] = {}
         self._everywhere = dict.fromkeys(sources, True)
-        n_bytes = -(-n_steps // 8)
         cells = _BLOCK_CELLS if in_float32(matrix.values.dtype, sources) else _BLOCK_CELLS // 8
         width = max(8, (cells // max(n_layers, 1)) // 8 * 8)
-        for c0 in range(0, n_steps, width):
+
+        def block(c0: int) -> tuple[int, int, dict]:
             c1 = min(c0 + width, n_steps)
-            holds = conditions_of(
+            return c0, c1, conditions_of(
                 matrix.values[:, c0:c1], matrix.present[:, c0:c1], skipped_steps[c0:c1],
                 group_rows, counting_band, first_move, c0,
                 None if moving is None else moving[:, c0:c1], sources,
             )
-            for key, where in holds.items():
-                if where is not True:
-                    self._everywhere[key] = False
-                if where is False or (where is not True and not where.any()):
-                    continue  # (the bits start all 0: most conditions hold nowhere)
-                if key not in self._bits:
-                    self._bits[key] = np.zeros((n_layers, n_bytes), np.uint8)
-                self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if where is True \
-                    else np.packbits(where, axis=1)
+
+        # blocks judged by _THREADS threads (numpy's loops run outside the GIL), at most one
+        # more than them done and not yet kept
+        with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
+            pending: collections.deque = collections.deque()
+            for c0 in range(0, n_steps, width):
+                pending.append(pool.submit(block, c0))
+                if len(pending) > _THREADS:
+                    self._keep(*pending.popleft().result())
+            for done in pending:
+                self._keep(*done.result())
         self._nowhere = np.zeros(n_steps, bool)
         self._nowhere.flags.writeable = False
         self._every = np.ones(n_steps, bool)
         self._every.flags.writeable = False
 
+    def _keep(self, c0: int, c1: int, holds: dict[str, bool | np.ndarray]) -> None:
+        """Keeps the conditions of the block of columns [c0, c1) as bits."""
+        n_layers, n_steps = self.matrix.values.shape
+        for key, where in holds.items():
+            if where is not True:
+                self._everywhere[key] = False
+            if where is False or (where is not True and not where.any()):
+                continue  # (the bits start all 0: most conditions hold nowhere)
+            if key not in self._bits:
+                self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
+            self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if where is True \
+                else np.packbits(where, axis=1)
+
+    def condition(self, name: str, row: int) -> np.ndarray:
+        """bool[S]: where the condition `name` (a key of the kept bits) holds in `row`."""
+        if self._everywhere[name]:
+            return self._every
+        if name not in self._bits:
+            return self._nowhere
+        return np.unpackbits(self._bits[name][row], count=len(self._every)).view(bool)
+
+    def medians(self) -> list[float | None]:
+        """Each layer's median over the finite ratios of its judged steps (None: none), the
+        layers shared by _THREADS threads."""
+        def median(row: int) -> float | None:
+            finite, values = self.condition("finite", row), self.matrix.values[row]
+            n_finite = np.count_nonzero(finite)
+            if not n_finite:
+                return None
+            return _median(values if n_finite == len(values) else values[finite])
+
+        with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
+            return list(pool.map(median, range(len(self.matrix.tags))))
+
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
-        n = len(self.matrix.steps)
         for row in range(len(self.matrix.tags)):
-            c = {name: self._every if everywhere else self._nowhere
-                 for name, everywhere in self._everywhere.items()}
-            c.update({name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
-                      for name, b in self._bits.items() if not self._everywhere[name]})
+            c = {name: self.condition(name, row) for name in self._everywhere}
             found = {}
             for reasons in self.rules.values():
                 hit = c[reasons[0].hit_key]
@@ -371,7 +412,7 @@ class _JudgedRun:
                     in_a_row = None
                 named = reasons[0] if len(reasons) == 1 else next(
                     r for r in reasons if c[r.starts_key][cols[0]])
-                found[named.name] = _Found(cols, in_a_row, int(hit.sum()))
+                found[named.name] = _Found(cols, in_a_row, np.count_nonzero(hit))
             yield row, c, found
 
     def text(self, row: int, reason: str, found: _Found) -> str:
@@ -414,16 +455,18 @@ def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray
     columns (non-evaluable columns neither extend nor break it); None when there is none."""
     if np.count_nonzero(hit) < patience:  # fewer hits than a streak, judged or not
         return None
-    columns = np.flatnonzero(evaluable)
-    seq = hit[columns]
-    if seq.sum() < patience:
+    everywhere = bool(evaluable.all())
+    columns = None if everywhere else np.flatnonzero(evaluable)
+    seq = hit if everywhere else hit[columns]
+    if np.count_nonzero(seq) < patience:
         return None
     edges = np.diff(np.concatenate([[0], seq.astype(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     long = np.flatnonzero(ends - starts >= patience)
     if not len(long):
         return None
-    return columns[starts[long[0]]:ends[long[0]]]
+    first, end = starts[long[0]], ends[long[0]]
+    return np.arange(first, end) if everywhere else columns[first:end]
 
 
 # A layer's median: of more values than this, the two middle ones are first bracketed by two
