@@ -167,11 +167,11 @@ def judge_layers(
     layers = []
     for row, c, found in run.rows():
         below_row, above_row = c["below"], c["above"]
-        n_logged = np.count_nonzero(c["present"])
+        n_logged = int(np.count_nonzero(c["present"]))
         last_col = None if not n_logged else len(steps) - 1 if n_logged == len(steps) \
             else int(np.flatnonzero(c["present"])[-1])
-        n_judged = np.count_nonzero(c["judged"])
-        n_above, n_below = np.count_nonzero(above_row), np.count_nonzero(below_row)
+        n_judged = int(np.count_nonzero(c["judged"]))
+        n_above, n_below = int(np.count_nonzero(above_row)), int(np.count_nonzero(below_row))
         since = reason = None
         if found:
             reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
@@ -188,14 +188,14 @@ def judge_layers(
             "last": float(matrix.values[row, last_col]) if n_logged else None,
             "above": n_above,
             "below": n_below,
-            "nonfinite": np.count_nonzero(c["nonfinite"]),
+            "nonfinite": int(np.count_nonzero(c["nonfinite"])),
             "flagged": since is not None,
             "since": since,
             "reason": reason,
             "text": run.text(row, reason, finding) if finding else None,
             "kind": run.kinds[row],
             "judged_steps": n_judged,
-            "skipped_steps": np.count_nonzero(c["skipped"]),
+            "skipped_steps": int(np.count_nonzero(c["skipped"])),
             "steps_in_a_row": finding.in_a_row if finding else None,
             "steps_in_total": finding.total if finding else None,
             "nan_steps": len(broken_steps),
@@ -412,7 +412,7 @@ class _JudgedRun:
                     in_a_row = None
                 named = reasons[0] if len(reasons) == 1 else next(
                     r for r in reasons if c[r.starts_key][cols[0]])
-                found[named.name] = _Found(cols, in_a_row, np.count_nonzero(hit))
+                found[named.name] = _Found(cols, in_a_row, int(np.count_nonzero(hit)))
             yield row, c, found
 
     def text(self, row: int, reason: str, found: _Found) -> str:
