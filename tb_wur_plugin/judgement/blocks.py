@@ -192,12 +192,15 @@ class _Block:
 
     @functools.cached_property
     def skipped(self) -> Holds:
-        return _and(self.present, self.skipped_steps[None, :]) if self.any_skipped else False
+        if not self.any_skipped:
+            return False
+        return _and(self.present, np.broadcast_to(self.skipped_steps[None, :], self.v.shape))
 
     @functools.cached_property
     def judged(self) -> Holds:
-        return _and(self.present, ~self.skipped_steps[None, :]) if self.any_skipped \
-            else self.present
+        if not self.any_skipped:
+            return self.present
+        return _and(self.present, np.broadcast_to(~self.skipped_steps[None, :], self.v.shape))
 
     @functools.cached_property
     def finite(self) -> Holds:
