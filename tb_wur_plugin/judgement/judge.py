@@ -165,46 +165,42 @@ def judge_layers(
     steps = matrix.steps
     medians = run.medians()
     layers = []
-    for row, c, found in run.rows():
-        below_row, above_row = c["below"], c["above"]
-        n_logged = int(np.count_nonzero(c["present"]))
-        last_col = None if not n_logged else len(steps) - 1 if n_logged == len(steps) \
-            else int(np.flatnonzero(c["present"])[-1])
-        n_judged = int(np.count_nonzero(c["judged"]))
-        n_above, n_below = int(np.count_nonzero(above_row)), int(np.count_nonzero(below_row))
+    for row, _, found in run.rows():
+        n_logged, n_judged = run.count("present", row), run.count("judged", row)
+        n_above, n_below = run.count("above", row), run.count("below", row)
+        out = [side for side in ("below", "above") if run.count(side, row)]
         since = reason = None
         if found:
             reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
             since = int(steps[found[reason].cols[0]])
         finding = found.get(reason)
         band_found = [f for r, f in found.items() if table.BY_NAME[r].judgement == table.BAND]
-        out_steps = steps[below_row | above_row] if n_above or n_below else steps[:0]
-        broken_steps = steps[c["broken"]] if c["broken"].any() else steps[:0]
-        inf_steps = steps[c["infinite"]] if c["infinite"].any() else steps[:0]
         layer = {
             "tag": matrix.tags[row],
             "logged_steps": n_logged,
             "median": medians[row],
-            "last": float(matrix.values[row, last_col]) if n_logged else None,
+            "last": float(matrix.values[row, run.last("present", row)]) if n_logged else None,
             "above": n_above,
             "below": n_below,
-            "nonfinite": int(np.count_nonzero(c["nonfinite"])),
+            "nonfinite": run.count("nonfinite", row),
             "flagged": since is not None,
             "since": since,
             "reason": reason,
             "text": run.text(row, reason, finding) if finding else None,
             "kind": run.kinds[row],
             "judged_steps": n_judged,
-            "skipped_steps": int(np.count_nonzero(c["skipped"])),
+            "skipped_steps": run.count("skipped", row),
             "steps_in_a_row": finding.in_a_row if finding else None,
             "steps_in_total": finding.total if finding else None,
-            "nan_steps": len(broken_steps),
-            "inf_steps": len(inf_steps),
-            "first_nan_step": _first(broken_steps),
-            "first_inf_step": _first(inf_steps),
-            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
-            "first_out_of_band_step": _first(out_steps),
-            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
+            "nan_steps": run.count("broken", row),
+            "inf_steps": run.count("infinite", row),
+            "first_nan_step": run.first_step("broken", row),
+            "first_inf_step": run.first_step("infinite", row),
+            "out_of_band_fraction": (n_above + n_below) / n_judged if n_judged else 0.0,
+            "first_out_of_band_step":
+                min(run.first_step(side, row) for side in out) if out else None,
+            "last_out_of_band_step":
+                int(steps[max(run.last(side, row) for side in out)]) if out else None,
             "streak_since": int(steps[band_found[0].cols[0]]) if band_found else None,
             "streak_length": len(band_found[0].cols) if band_found else 0,
         }
@@ -296,6 +292,8 @@ _THREADS = min(2, os.cpu_count() or 1)
 # (kept as bits: a large run's cells at about 16 bits a cell).
 _FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
           "above")
+# The facts whose first and last column in each row the judgement keeps too.
+_SPANS = ("present", "broken", "infinite", "below", "above")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +331,9 @@ class _JudgedRun:
         # each condition's bits, where it holds at some cell; and whether at every cell
         self._bits: dict[str, np.ndarray] = {}
         self._everywhere = dict.fromkeys(sources, True)
+        self._counts = {key: np.zeros(n_layers, np.int64) for key in sources}
+        self._first = {key: np.full(n_layers, -1) for key in _SPANS}
+        self._last = {key: np.full(n_layers, -1) for key in _SPANS}
         cells = _BLOCK_CELLS if in_float32(matrix.values.dtype, sources) else _BLOCK_CELLS // 8
         width = max(8, (cells // max(n_layers, 1)) // 8 * 8)
 
@@ -360,17 +361,42 @@ class _JudgedRun:
         self._every.flags.writeable = False
 
     def _keep(self, c0: int, c1: int, holds: dict[str, bool | np.ndarray]) -> None:
-        """Keeps the conditions of the block of columns [c0, c1) as bits."""
+        """Keeps the conditions of the block of columns [c0, c1) (the blocks in order) as
+        bits, and each row's count of them, first and last column (_SPANS)."""
         n_layers, n_steps = self.matrix.values.shape
         for key, where in holds.items():
             if where is not True:
                 self._everywhere[key] = False
+            if where is True:
+                self._counts[key] += c1 - c0
+            elif where is not False:
+                self._counts[key] += np.count_nonzero(where, axis=1)
+            if key in self._first and where is not False:
+                rows = slice(None) if where is True else np.flatnonzero(where.any(axis=1))
+                start = self._first[key][rows]
+                self._first[key][rows] = np.where(start < 0, c0 if where is True else
+                                                  c0 + np.argmax(where[rows], axis=1), start)
+                self._last[key][rows] = c1 - 1 if where is True else \
+                    c1 - 1 - np.argmax(where[rows, ::-1], axis=1)
             if where is False or (where is not True and not where.any()):
                 continue  # (the bits start all 0: most conditions hold nowhere)
             if key not in self._bits:
                 self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
             self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if where is True \
                 else np.packbits(where, axis=1)
+
+    def count(self, name: str, row: int) -> int:
+        """The columns of `row` at which the condition `name` holds."""
+        return int(self._counts[name][row])
+
+    def first_step(self, name: str, row: int) -> int | None:
+        """The first step of `row` at which `name` (of _SPANS) holds; None: none."""
+        column = self._first[name][row]
+        return int(self.matrix.steps[column]) if column >= 0 else None
+
+    def last(self, name: str, row: int) -> int:
+        """The last column of `row` at which `name` (of _SPANS) holds (-1: none)."""
+        return int(self._last[name][row])
 
     def condition(self, name: str, row: int) -> np.ndarray:
         """bool[S]: where the condition `name` (a key of the kept bits) holds in `row`."""
@@ -396,9 +422,12 @@ class _JudgedRun:
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
         for row in range(len(self.matrix.tags)):
-            c = {name: self.condition(name, row) for name in self._everywhere}
+            c = _RowConditions(self, row)
             found = {}
             for reasons in self.rules.values():
+                total = self.count(reasons[0].hit_key, row)
+                if total < (self.patience if reasons[0].streak else 1):
+                    continue  # (too few hits for a streak)
                 hit = c[reasons[0].hit_key]
                 if reasons[0].streak:
                     cols = _streak(c[reasons[0].judges_key], hit, self.patience)
@@ -412,7 +441,7 @@ class _JudgedRun:
                     in_a_row = None
                 named = reasons[0] if len(reasons) == 1 else next(
                     r for r in reasons if c[r.starts_key][cols[0]])
-                found[named.name] = _Found(cols, in_a_row, int(np.count_nonzero(hit)))
+                found[named.name] = _Found(cols, in_a_row, total)
             yield row, c, found
 
     def text(self, row: int, reason: str, found: _Found) -> str:
@@ -430,6 +459,18 @@ class _JudgedRun:
             values=v[at], gaps=log_v[at] - peer_log[at], band=self.band, kind=self.kinds[row],
         )
         return table.BY_NAME[reason].words(evidence)
+
+
+class _RowConditions(dict):
+    """{condition: bool[S]} of one row of a _JudgedRun, each unpacked when first read."""
+
+    def __init__(self, run: _JudgedRun, row: int):
+        super().__init__()
+        self._run, self._row = run, row
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = self[name] = self._run.condition(name, self._row)
+        return value
 
 
 def _first_moves(matrix: Ratios) -> np.ndarray:
@@ -491,7 +532,3 @@ def _median(values: np.ndarray) -> float:
             values, ks = inside, [ks[0] - below, ks[1] - below]
     middle = np.partition(values, ks)[ks]
     return float(np.mean(middle.astype(np.float64)))
-
-
-def _first(steps: np.ndarray) -> int | None:
-    return int(steps[0]) if len(steps) else None
