@@ -212,9 +212,10 @@ def order_statistics(values: np.ndarray, ks: np.ndarray) -> np.ndarray:
         return np.zeros(ks.shape, values.dtype)
     part = _NETWORK_ROWS.get(values.dtype.itemsize, n_rows)
     if n_rows <= part or n_rows > 2 * part:  # one sort of each column
-        return _sorted_columns(values)[np.arange(n_cols), ks]
+        return _sorted_columns(values, n_rows)[np.arange(n_cols), ks]
     half = (n_rows + 1) // 2
-    a, b = _sorted_columns(values[:half]), _sorted_columns(values[half:])
+    both = _sorted_columns(values, half)
+    a, b = both[:, :half], both[:, half:]
     first = ks.min(axis=0)
     span = int((ks - first).max()) + 1  # (the medians' ranks: 3 in a row)
     if span <= 3:
@@ -222,19 +223,25 @@ def order_statistics(values: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.concatenate([_run_of_two(a, b, k, 1) for k in ks])
 
 
-def _sorted_columns(values: np.ndarray) -> np.ndarray:
-    """[C, R]: each column of `values` [R, C] ascending, NaN last (transposed _TILE columns at
-    a time, each copied by rows first: reading a large matrix's columns across its rows, or
+def _sorted_columns(values: np.ndarray, split: int) -> np.ndarray:
+    """[C, R]: each column of `values` [R, C], its rows before `split` ascending and those
+    from it ascending, NaN last in each (transposed _TILE columns at a time through one
+    buffer, copied by rows first: reading a large matrix's columns across its rows, or
     transposing more than the caches hold, is slow)."""
     n_rows, n_cols = values.shape
     columns = np.empty((n_cols, n_rows), values.dtype)
+    tile = np.empty((n_rows, min(_TILE, n_cols)), values.dtype)
     for c0 in range(0, n_cols, _TILE):
-        columns[c0:c0 + _TILE] = np.ascontiguousarray(values[:, c0:c0 + _TILE]).T
-    columns.sort(axis=1)
+        width = min(_TILE, n_cols - c0)
+        np.copyto(tile[:, :width], values[:, c0:c0 + width])
+        columns[c0:c0 + width] = tile[:, :width].T
+    columns[:, :split].sort(axis=1)
+    if split < n_rows:
+        columns[:, split:].sort(axis=1)
     return columns
 
 
-_TILE = 128
+_TILE = 64
 
 
 def _run_of_two(a: np.ndarray, b: np.ndarray, k: np.ndarray, m: int) -> np.ndarray:

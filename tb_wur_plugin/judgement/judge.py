@@ -27,11 +27,10 @@ the finding at `since` (on a tie, the first in the table).
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import os
-from typing import Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -161,11 +160,16 @@ def judge_layers(
         ValueError: a setting is bad (`check_settings`, `band_of`), or `moving` has not the
             matrix's shape.
     """
-    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
-    steps = matrix.steps
-    medians = run.medians()
+    return _layers(_JudgedRun(matrix, low, high, patience, kinds, moving), flagged_only=False)
+
+
+def _layers(run: _JudgedRun, flagged_only: bool) -> list[dict]:
+    """judge_layers' layers of `run`; with `flagged_only`, of its flagged layers only."""
+    matrix, steps = run.matrix, run.matrix.steps
+    judged = [(row, found) for row, _, found in run.rows() if found or not flagged_only]
+    medians = run.medians([row for row, _ in judged])
     layers = []
-    for row, _, found in run.rows():
+    for (row, found), median in zip(judged, medians):
         n_logged, n_judged = run.count("present", row), run.count("judged", row)
         n_above, n_below = run.count("above", row), run.count("below", row)
         out = [side for side in ("below", "above") if run.count(side, row)]
@@ -178,7 +182,7 @@ def judge_layers(
         layer = {
             "tag": matrix.tags[row],
             "logged_steps": n_logged,
-            "median": medians[row],
+            "median": median,
             "last": float(matrix.values[row, run.last("present", row)]) if n_logged else None,
             "above": n_above,
             "below": n_below,
@@ -247,7 +251,8 @@ def flag_layers(
     `judge_layers` but `flagged`, and below_steps and above_steps (= below and above, the
     names the tab has read since before the report)."""
     flagged = []
-    for layer in judge_layers(matrix, low, high, patience, kinds, moving):
+    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
+    for layer in _layers(run, flagged_only=True):
         if layer["flagged"]:
             first = {k: layer[k] for k in ("tag", "reason", "since", "text", *COUNT_FIELDS)}
             rest = {k: v for k, v in layer.items() if k not in first and k != "flagged"}
@@ -286,7 +291,7 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
 # Cells judged at once (bounds the temporaries of a large run: float32 and bool arrays of a
 # block; an eighth as many where blocks.py leaves them to cells.cells_of, ~15 float64 arrays).
 _BLOCK_CELLS = 1 << 21
-# Threads that share a run's blocks, and then its layers' medians.
+# Threads that share a run's blocks, and then its layers' medians (this one among them).
 _THREADS = min(2, os.cpu_count() or 1)
 # The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
 # (kept as bits: a large run's cells at about 16 bits a cell).
@@ -345,16 +350,8 @@ class _JudgedRun:
                 None if moving is None else moving[:, c0:c1], sources,
             )
 
-        # blocks judged by _THREADS threads (numpy's loops run outside the GIL), at most one
-        # more than them done and not yet kept
-        with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
-            pending: collections.deque = collections.deque()
-            for c0 in range(0, n_steps, width):
-                pending.append(pool.submit(block, c0))
-                if len(pending) > _THREADS:
-                    self._keep(*pending.popleft().result())
-            for done in pending:
-                self._keep(*done.result())
+        for judged in _in_threads(block, range(0, n_steps, width)):
+            self._keep(*judged)
         self._nowhere = np.zeros(n_steps, bool)
         self._nowhere.flags.writeable = False
         self._every = np.ones(n_steps, bool)
@@ -367,23 +364,30 @@ class _JudgedRun:
         for key, where in holds.items():
             if where is not True:
                 self._everywhere[key] = False
-            if where is True:
-                self._counts[key] += c1 - c0
-            elif where is not False:
-                self._counts[key] += np.count_nonzero(where, axis=1)
-            if key in self._first and where is not False:
-                rows = slice(None) if where is True else np.flatnonzero(where.any(axis=1))
-                start = self._first[key][rows]
-                self._first[key][rows] = np.where(start < 0, c0 if where is True else
-                                                  c0 + np.argmax(where[rows], axis=1), start)
-                self._last[key][rows] = c1 - 1 if where is True else \
-                    c1 - 1 - np.argmax(where[rows, ::-1], axis=1)
-            if where is False or (where is not True and not where.any()):
+            if where is False:
                 continue  # (the bits start all 0: most conditions hold nowhere)
+            packed = None if where is True else np.packbits(where, axis=1)
+            if packed is not None and not packed.any():
+                continue
             if key not in self._bits:
                 self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
-            self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if where is True \
-                else np.packbits(where, axis=1)
+            self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if packed is None else packed
+            if packed is None:
+                self._counts[key] += c1 - c0
+                if key in self._first:
+                    self._first[key][self._first[key] < 0] = c0
+                    self._last[key][:] = c1 - 1
+                continue
+            self._counts[key] += np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
+            if key in self._first:  # (from the bytes: c0 is a multiple of 8)
+                some = packed != 0
+                rows = np.flatnonzero(some.any(axis=1))
+                first_byte = np.argmax(some[rows], axis=1)
+                last_byte = packed.shape[1] - 1 - np.argmax(some[rows, ::-1], axis=1)
+                first = c0 + 8 * first_byte + _FIRST_BIT[packed[rows, first_byte]]
+                start = self._first[key][rows]
+                self._first[key][rows] = np.where(start < 0, first, start)
+                self._last[key][rows] = c0 + 8 * last_byte + _LAST_BIT[packed[rows, last_byte]]
 
     def count(self, name: str, row: int) -> int:
         """The columns of `row` at which the condition `name` holds."""
@@ -406,9 +410,9 @@ class _JudgedRun:
             return self._nowhere
         return np.unpackbits(self._bits[name][row], count=len(self._every)).view(bool)
 
-    def medians(self) -> list[float | None]:
-        """Each layer's median over the finite ratios of its judged steps (None: none), the
-        layers shared by _THREADS threads."""
+    def medians(self, rows: list[int]) -> list[float | None]:
+        """Each of `rows`' median over the finite ratios of its judged steps (None: none),
+        the rows shared by _THREADS threads."""
         def median(row: int) -> float | None:
             finite, values = self.condition("finite", row), self.matrix.values[row]
             n_finite = np.count_nonzero(finite)
@@ -416,8 +420,7 @@ class _JudgedRun:
                 return None
             return _median(values if n_finite == len(values) else values[finite])
 
-        with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
-            return list(pool.map(median, range(len(self.matrix.tags))))
+        return list(_in_threads(median, rows))
 
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
@@ -459,6 +462,27 @@ class _JudgedRun:
             values=v[at], gaps=log_v[at] - peer_log[at], band=self.band, kind=self.kinds[row],
         )
         return table.BY_NAME[reason].words(evidence)
+
+
+# Of each byte of np.packbits (the first column its high bit), the columns of its first and
+# last bit set.
+_FIRST_BIT = np.array([8] + [8 - b.bit_length() for b in range(1, 256)])
+_LAST_BIT = np.array([-1] + [8 - (b & -b).bit_length() for b in range(1, 256)])
+
+
+def _in_threads(func: Callable, items: Iterable) -> Iterator:
+    """func(item) of each item, in order, computed _THREADS at a time (numpy's loops run
+    outside the GIL): one on this thread, the others on a pool's."""
+    items = list(items)
+    if _THREADS == 1:
+        yield from map(func, items)
+        return
+    with concurrent.futures.ThreadPoolExecutor(_THREADS - 1) as pool:
+        for i in range(0, len(items), _THREADS):
+            others = [pool.submit(func, item) for item in items[i + 1:i + _THREADS]]
+            yield func(items[i])
+            for other in others:
+                yield other.result()
 
 
 class _RowConditions(dict):
