@@ -168,16 +168,22 @@ def _layers(run: _JudgedRun, flagged_only: bool) -> list[dict]:
     matrix, steps = run.matrix, run.matrix.steps
     judged = [(row, found) for row, _, found in run.rows() if found or not flagged_only]
     medians = run.medians([row for row, _ in judged])
+    # the reason at since: the earliest finding (on a tie, the first in the table)
+    reasons = [min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
+               if found else None for _, found in judged]
+
+    def words(i: int) -> str | None:
+        (row, found), reason = judged[i], reasons[i]
+        return run.text(row, reason, found[reason]) if reason else None
+
+    texts = list(_in_threads(words, range(len(judged))))
     layers = []
-    for (row, found), median in zip(judged, medians):
+    for (row, found), median, reason, text in zip(judged, medians, reasons, texts):
         n_logged, n_judged = run.count("present", row), run.count("judged", row)
         n_above, n_below = run.count("above", row), run.count("below", row)
         out = [side for side in ("below", "above") if run.count(side, row)]
-        since = reason = None
-        if found:
-            reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
-            since = int(steps[found[reason].cols[0]])
         finding = found.get(reason)
+        since = int(steps[finding.cols[0]]) if finding else None
         band_found = [f for r, f in found.items() if table.BY_NAME[r].judgement == table.BAND]
         layer = {
             "tag": matrix.tags[row],
@@ -190,7 +196,7 @@ def _layers(run: _JudgedRun, flagged_only: bool) -> list[dict]:
             "flagged": since is not None,
             "since": since,
             "reason": reason,
-            "text": run.text(row, reason, finding) if finding else None,
+            "text": text,
             "kind": run.kinds[row],
             "judged_steps": n_judged,
             "skipped_steps": run.count("skipped", row),
