@@ -310,13 +310,14 @@ class _Block:
         rays = [t for t in terms if isinstance(t, table.Compare) and t.fact == "values"]
         of_peers: Holds = False
         for rows, peers in self.peers:
-            intervals: Intervals = [(np.full(len(peers.r_lo), _TINY), np.full(len(peers.r_lo), _MAX))]
+            n = len(peers.r_lo)
+            intervals: Intervals = [(np.full(n, _TINY), np.full(n, _MAX))]
             for t in by_peers:
                 intervals = _intersect(intervals, self._intervals(t, peers))
             for t in rays:
                 op, b = _bound(t.op, t.threshold)
-                ray = (np.full(len(peers.r_lo), _TINY), np.full(len(peers.r_lo), b)) if op == "<=" \
-                    else (np.full(len(peers.r_lo), b), np.full(len(peers.r_lo), _MAX))
+                ray = (np.full(n, _TINY), np.full(n, b)) if op == "<=" \
+                    else (np.full(n, b), np.full(n, _MAX))
                 intervals = _intersect(intervals, [ray])
             inside = self._inside(self.v if rows is None else self.v[rows], intervals)
             if rows is None:
