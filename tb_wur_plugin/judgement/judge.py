@@ -368,6 +368,7 @@ class _JudgedRun:
         bits, and each row's count of them, first and last column (_SPANS)."""
         n_layers, n_steps = self.matrix.values.shape
         for key, where in holds.items():
+            everywhere_before = self._everywhere[key]
             if where is not True:
                 self._everywhere[key] = False
             if where is False:
@@ -375,9 +376,12 @@ class _JudgedRun:
             packed = None if where is True else np.packbits(where, axis=1)
             if packed is not None and not packed.any():
                 continue
-            if key not in self._bits:
+            if key not in self._bits and not self._everywhere[key]:
                 self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
-            self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if packed is None else packed
+                if everywhere_before:  # (no bits kept while it held at every cell)
+                    self._bits[key][:, :c0 // 8] = 255
+            if key in self._bits:
+                self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if packed is None else packed
             if packed is None:
                 self._counts[key] += c1 - c0
                 if key in self._first:
