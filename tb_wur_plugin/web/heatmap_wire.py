@@ -163,7 +163,8 @@ def pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
     text = json.dumps({**header, "arrays": layout}, allow_nan=False).encode("utf-8")
     text += b" " * (-(len(text) + 8) % 8)
     body = b"WUR1" + struct.pack("<I", len(text)) + text + b"".join(chunks)
-    return gzip.compress(body, compresslevel=6, mtime=0)
+    # (level 1: the codes compress about as well as at level 6, in about 60 % of its time)
+    return gzip.compress(body, compresslevel=1, mtime=0)
 
 
 def unpack(payload: bytes) -> tuple[dict, dict[str, np.ndarray]]:
