@@ -38,6 +38,7 @@ class Cells:
     nonfinite: np.ndarray  # logged, NaN or ±inf
     below: np.ndarray  # finite, below the counting band's low edge
     above: np.ndarray  # finite, above its high edge
+    out_of_band: np.ndarray  # below or above
     run_moving: np.ndarray  # another layer (or the `moving` evidence) moves at this step
     moved_before: np.ndarray  # the layer had a judged ratio > 0 at an earlier step
     peers_ok: np.ndarray  # positive, and the peers' median is known and moving
@@ -109,6 +110,7 @@ def cells_of(
     return Cells(
         values=v, present=p, skipped=skipped, judged=judged, finite=finite, positive=positive,
         broken=broken, infinite=infinite, nonfinite=nonfinite, below=below, above=above,
+        out_of_band=below | above,
         run_moving=run_moving, moved_before=moved_before, peers_ok=peers_ok,
         gap=log_v - peer_log, confirmed=confirmed,
     )
@@ -162,15 +164,14 @@ def _medians(
     if n_cols == 0 or (n_rows < min_layers and n_rows - 1 < least):
         # too few rows for either median anywhere (a column's count is at most n_rows)
         return np.full(values.shape, np.nan), np.full(values.shape, np.nan)
-    # [S, L]: each column's values (or ratios) ascending, NaN last
-    ranked = np.sort((values if ratios is None else ratios).T, axis=1)
     valid = ~np.isnan(values)
     count = valid.sum(axis=0)
-    cols = np.arange(n_cols)
     # of all n, the two middle ones; of a cell's others, the (lo)-th and (hi)-th smallest
     lo, hi = np.maximum(count - 2, 0) // 2, np.maximum(count - 1, 0) // 2
     ks = np.stack([(count - 1) // 2, count // 2, lo, lo + 1, hi, hi + 1])
-    r_k = ranked[cols, np.minimum(np.maximum(ks, 0), n_rows - 1)]  # [6, S]: r_k of each column
+    # [6, S]: r_k of each column, of its values (or ratios) ascending, NaN last
+    r_k = order_statistics(values if ratios is None else ratios,
+                           np.minimum(np.maximum(ks, 0), n_rows - 1))
     if ratios is not None:
         r_k = np.log10(r_k, dtype=np.float64)
     r_mid, r_mid_next, r_lo, r_lo_next, r_hi, r_hi_next = r_k
@@ -186,3 +187,91 @@ def _medians(
     peer = np.where(values > r_hi, above,
                     np.where(values > r_lo, between, np.where(valid, below, of_nan)))
     return peer, group
+
+
+# Rows of a column sorted at once: numpy sorts up to 512 float32 (256 float64) in a sorting
+# network, many times faster per value than longer rows; longer columns are sorted in two
+# parts and the ranks looked up in both.
+_NETWORK_ROWS = {4: 512, 8: 256}
+
+
+def order_statistics(values: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """The ks[i, j]-th smallest value of column j of `values` [R, C], NaN counted as larger
+    than any value (np.sort's order), for each i: [K, C] in `values`' dtype.
+
+    Args:
+        values: float[R, C] (NaN allowed).
+        ks: int[K, C], each in [0, R).
+
+    Returns:
+        [K, C]: np.sort(values, axis=0)[ks[i, j], j] at (i, j), except that a rank at or past
+        the column's count of non-NaN values may give +inf where np.sort gives NaN.
+    """
+    n_rows, n_cols = values.shape
+    if n_cols == 0:
+        return np.zeros(ks.shape, values.dtype)
+    part = _NETWORK_ROWS.get(values.dtype.itemsize, n_rows)
+    if n_rows <= part or n_rows > 2 * part:  # one sort of each column
+        return _sorted_columns(values, n_rows)[np.arange(n_cols), ks]
+    half = (n_rows + 1) // 2
+    both = _sorted_columns(values, half)
+    a, b = both[:, :half], both[:, half:]
+    first = ks.min(axis=0)
+    span = int((ks - first).max()) + 1  # (the medians' ranks: 3 in a row)
+    if span <= 3:
+        return np.take_along_axis(_run_of_two(a, b, first, span), ks - first, axis=0)
+    return np.concatenate([_run_of_two(a, b, k, 1) for k in ks])
+
+
+def _sorted_columns(values: np.ndarray, split: int) -> np.ndarray:
+    """[C, R]: each column of `values` [R, C], its rows before `split` ascending and those
+    from it ascending, NaN last in each (transposed _TILE columns at a time through one
+    buffer, copied by rows first: reading a large matrix's columns across its rows, or
+    transposing more than the caches hold, is slow)."""
+    n_rows, n_cols = values.shape
+    columns = np.empty((n_cols, n_rows), values.dtype)
+    tile = np.empty((n_rows, min(_TILE, n_cols)), values.dtype)
+    for c0 in range(0, n_cols, _TILE):
+        width = min(_TILE, n_cols - c0)
+        np.copyto(tile[:, :width], values[:, c0:c0 + width])
+        columns[c0:c0 + width] = tile[:, :width].T
+    columns[:, :split].sort(axis=1)
+    if split < n_rows:
+        columns[:, split:].sort(axis=1)
+    return columns
+
+
+_TILE = 64
+
+
+def _run_of_two(a: np.ndarray, b: np.ndarray, k: np.ndarray, m: int) -> np.ndarray:
+    """[m, C]: the k[j]-th to (k[j] + m - 1)-th smallest of rows a[j] and b[j] together
+    (each ascending, NaN last, NaN taken as +inf), by a search of how many of the k[j] + 1
+    smallest are a[j]'s, then a merge of the next ones."""
+    cols = np.arange(len(k))
+    n_a, n_b = a.shape[1], b.shape[1]
+
+    def at(rows: np.ndarray, i: np.ndarray, n: int) -> np.ndarray:  # NaN past the row
+        return np.where((i >= 0) & (i < n), rows[cols, np.clip(i, 0, n - 1)], np.nan)
+
+    lo, hi = np.maximum(k + 1 - n_b, 0), np.minimum(k + 1, n_a)
+    with np.errstate(invalid="ignore"):
+        while True:
+            open_ = lo < hi
+            if not open_.any():
+                break
+            mid = (lo + hi) // 2  # (where open: mid < n_a and 0 <= k - mid < n_b)
+            from_a, from_b = at(a, mid, n_a), at(b, k - mid, n_b)
+            more = (from_a < from_b) | (np.isnan(from_b) & ~np.isnan(from_a))
+            lo = np.where(open_ & more, mid + 1, lo)
+            hi = np.where(open_ & ~more, mid, hi)
+        i, j = lo, k + 1 - lo  # the k + 1 smallest: a's first i, b's first j
+        out = [np.maximum(np.where(i > 0, at(a, i - 1, n_a), -np.inf),
+                          np.where(j > 0, at(b, j - 1, n_b), -np.inf))]
+        for _ in range(m - 1):
+            from_a, from_b = at(a, i, n_a), at(b, j, n_b)
+            take_a = (from_a <= from_b) | np.isnan(from_b)
+            out.append(np.where(take_a, from_a, from_b))
+            i, j = i + take_a, j + ~take_a
+    out = np.stack(out)
+    return np.where(np.isnan(out), np.inf, out).astype(a.dtype, copy=False)

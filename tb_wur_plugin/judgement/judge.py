@@ -27,15 +27,17 @@ the finding at `since` (on a tie, the first in the table).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-from typing import Iterator, Protocol
+import os
+from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.judgement import reasons as table
+from tb_wur_plugin.judgement.blocks import conditions_of, in_float32
 from tb_wur_plugin.judgement.cells import (
-    cells_of,
     group_medians,
     others_at_least,
     positive_log10,
@@ -158,46 +160,57 @@ def judge_layers(
         ValueError: a setting is bad (`check_settings`, `band_of`), or `moving` has not the
             matrix's shape.
     """
-    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
-    steps = matrix.steps
+    return _layers(_JudgedRun(matrix, low, high, patience, kinds, moving), flagged_only=False)
+
+
+def _layers(run: _JudgedRun, flagged_only: bool) -> list[dict]:
+    """judge_layers' layers of `run`; with `flagged_only`, of its flagged layers only."""
+    matrix, steps = run.matrix, run.matrix.steps
+    judged = [(row, found) for row, _, found in run.rows() if found or not flagged_only]
+    medians = run.medians([row for row, _ in judged])
+    # the reason at since: the earliest finding (on a tie, the first in the table)
+    reasons = [min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
+               if found else None for _, found in judged]
+
+    def words(i: int) -> str | None:
+        (row, found), reason = judged[i], reasons[i]
+        return run.text(row, reason, found[reason]) if reason else None
+
+    texts = list(_in_threads(words, range(len(judged))))
     layers = []
-    for row, c, found in run.rows():
-        below_row, above_row = c["below"], c["above"]
-        logged_cols = np.flatnonzero(c["present"])
-        n_judged = int(c["judged"].sum())
-        finite_values = matrix.values[row][c["finite"]]
-        since = reason = None
-        if found:
-            reason = min(found, key=lambda r: (steps[found[r].cols[0]], table.NAMES.index(r)))
-            since = int(steps[found[reason].cols[0]])
+    for (row, found), median, reason, text in zip(judged, medians, reasons, texts):
+        n_logged, n_judged = run.count("present", row), run.count("judged", row)
+        n_above, n_below = run.count("above", row), run.count("below", row)
+        out = [side for side in ("below", "above") if run.count(side, row)]
         finding = found.get(reason)
+        since = int(steps[finding.cols[0]]) if finding else None
         band_found = [f for r, f in found.items() if table.BY_NAME[r].judgement == table.BAND]
-        out_steps = steps[below_row | above_row]
-        broken_steps = steps[c["broken"]]
         layer = {
             "tag": matrix.tags[row],
-            "logged_steps": len(logged_cols),
-            "median": _median(finite_values) if len(finite_values) else None,
-            "last": float(matrix.values[row, logged_cols[-1]]) if len(logged_cols) else None,
-            "above": int(above_row.sum()),
-            "below": int(below_row.sum()),
-            "nonfinite": int(c["nonfinite"].sum()),
+            "logged_steps": n_logged,
+            "median": median,
+            "last": float(matrix.values[row, run.last("present", row)]) if n_logged else None,
+            "above": n_above,
+            "below": n_below,
+            "nonfinite": run.count("nonfinite", row),
             "flagged": since is not None,
             "since": since,
             "reason": reason,
-            "text": run.text(row, reason, finding) if finding else None,
+            "text": text,
             "kind": run.kinds[row],
             "judged_steps": n_judged,
-            "skipped_steps": int(c["skipped"].sum()),
+            "skipped_steps": run.count("skipped", row),
             "steps_in_a_row": finding.in_a_row if finding else None,
             "steps_in_total": finding.total if finding else None,
-            "nan_steps": len(broken_steps),
-            "inf_steps": int(c["infinite"].sum()),
-            "first_nan_step": _first(broken_steps),
-            "first_inf_step": _first(steps[c["infinite"]]),
-            "out_of_band_fraction": float(len(out_steps) / n_judged) if n_judged else 0.0,
-            "first_out_of_band_step": _first(out_steps),
-            "last_out_of_band_step": int(out_steps[-1]) if len(out_steps) else None,
+            "nan_steps": run.count("broken", row),
+            "inf_steps": run.count("infinite", row),
+            "first_nan_step": run.first_step("broken", row),
+            "first_inf_step": run.first_step("infinite", row),
+            "out_of_band_fraction": (n_above + n_below) / n_judged if n_judged else 0.0,
+            "first_out_of_band_step":
+                min(run.first_step(side, row) for side in out) if out else None,
+            "last_out_of_band_step":
+                int(steps[max(run.last(side, row) for side in out)]) if out else None,
             "streak_since": int(steps[band_found[0].cols[0]]) if band_found else None,
             "streak_length": len(band_found[0].cols) if band_found else 0,
         }
@@ -244,7 +257,8 @@ def flag_layers(
     `judge_layers` but `flagged`, and below_steps and above_steps (= below and above, the
     names the tab has read since before the report)."""
     flagged = []
-    for layer in judge_layers(matrix, low, high, patience, kinds, moving):
+    run = _JudgedRun(matrix, low, high, patience, kinds, moving)
+    for layer in _layers(run, flagged_only=True):
         if layer["flagged"]:
             first = {k: layer[k] for k in ("tag", "reason", "since", "text", *COUNT_FIELDS)}
             rest = {k: v for k, v in layer.items() if k not in first and k != "flagged"}
@@ -280,12 +294,17 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
 
 # --- the whole run, in blocks of steps ----------------------------------------------------------
 
-# Cells judged at once (bounds the temporaries of a large run: ~15 float64 arrays of a block).
-_BLOCK_CELLS = 1 << 18
+# Cells judged at once (bounds the temporaries of a large run: float32 and bool arrays of a
+# block; an eighth as many where blocks.py leaves them to cells.cells_of, ~15 float64 arrays).
+_BLOCK_CELLS = 1 << 21
+# Threads that share a run's blocks, and then its layers' medians (this one among them).
+_THREADS = min(2, os.cpu_count() or 1)
 # The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
 # (kept as bits: a large run's cells at about 16 bits a cell).
 _FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
           "above")
+# The facts whose first and last column in each row the judgement keeps too.
+_SPANS = ("present", "broken", "infinite", "below", "above")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,44 +330,117 @@ class _JudgedRun:
         skipped_steps = matrix.skipped_mask
         # the column at which each layer first moved (a judged ratio > 0; n_steps: never),
         # and whether it grew from zero there (+inf)
-        first_move = np.full(n_layers, n_steps)
-        from_zero = []
-        for row in range(n_layers):
-            v_row = matrix.values[row]
-            with np.errstate(invalid="ignore"):
-                moved = matrix.present[row] & ~skipped_steps & (v_row > 0)
-            first = int(np.argmax(moved)) if n_steps else 0
-            if n_steps and moved[first]:
-                first_move[row] = first
-            from_zero.append(bool(n_steps and moved[first]) and v_row[first] == np.inf)
-        self.groups = list(zip(self.kinds, from_zero))
+        first_move = _first_moves(matrix)
+        moved = first_move < n_steps
+        from_zero = np.zeros(n_layers, bool)
+        from_zero[moved] = matrix.values[np.flatnonzero(moved), first_move[moved]] == np.inf
+        self.groups = list(zip(self.kinds, from_zero.tolist()))
         group_rows = [[i for i, g in enumerate(self.groups) if g == group]
                       for group in set(self.groups)]
         counting_band = self.band if self.band is not None else DEFAULT_BAND
         sources = {**{fact: fact for fact in _FACTS}, **table.conditions(table.active(self.band))}
-        self._bits = {key: np.zeros((n_layers, -(-n_steps // 8)), np.uint8) for key in sources}
-        width = max(8, (_BLOCK_CELLS // max(n_layers, 1)) // 8 * 8)
-        for c0 in range(0, n_steps, width):
+        # each condition's bits, where it holds at some cell; and whether at every cell
+        self._bits: dict[str, np.ndarray] = {}
+        self._everywhere = dict.fromkeys(sources, True)
+        self._counts = {key: np.zeros(n_layers, np.int64) for key in sources}
+        self._first = {key: np.full(n_layers, -1) for key in _SPANS}
+        self._last = {key: np.full(n_layers, -1) for key in _SPANS}
+        cells = _BLOCK_CELLS if in_float32(matrix.values.dtype, sources) else _BLOCK_CELLS // 8
+        width = max(8, (cells // max(n_layers, 1)) // 8 * 8)
+
+        def block(c0: int) -> tuple[int, int, dict]:
             c1 = min(c0 + width, n_steps)
-            moved_before = np.arange(c0, c1)[None, :] > first_move[:, None]
-            cells = cells_of(
+            return c0, c1, conditions_of(
                 matrix.values[:, c0:c1], matrix.present[:, c0:c1], skipped_steps[c0:c1],
-                group_rows, counting_band, moved_before,
-                None if moving is None else moving[:, c0:c1],
+                group_rows, counting_band, first_move, c0,
+                None if moving is None else moving[:, c0:c1], sources,
             )
-            for key, condition in sources.items():
-                holds = table.evaluate(condition, cells)
-                if holds.any():  # (the bits start all 0: most conditions hold nowhere)
-                    self._bits[key][:, c0 // 8:-(-c1 // 8)] = np.packbits(holds, axis=1)
+
+        for judged in _in_threads(block, range(0, n_steps, width)):
+            self._keep(*judged)
+        self._nowhere = np.zeros(n_steps, bool)
+        self._nowhere.flags.writeable = False
+        self._every = np.ones(n_steps, bool)
+        self._every.flags.writeable = False
+
+    def _keep(self, c0: int, c1: int, holds: dict[str, bool | np.ndarray]) -> None:
+        """Keeps the conditions of the block of columns [c0, c1) (the blocks in order) as
+        bits, and each row's count of them, first and last column (_SPANS)."""
+        n_layers, n_steps = self.matrix.values.shape
+        for key, where in holds.items():
+            everywhere_before = self._everywhere[key]
+            if where is not True:
+                self._everywhere[key] = False
+            if where is False:
+                continue  # (the bits start all 0: most conditions hold nowhere)
+            packed = None if where is True else np.packbits(where, axis=1)
+            if packed is not None and not packed.any():
+                continue
+            if key not in self._bits and not self._everywhere[key]:
+                self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
+                if everywhere_before:  # (no bits kept while it held at every cell)
+                    self._bits[key][:, :c0 // 8] = 255
+            if key in self._bits:
+                self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if packed is None else packed
+            if packed is None:
+                self._counts[key] += c1 - c0
+                if key in self._first:
+                    self._first[key][self._first[key] < 0] = c0
+                    self._last[key][:] = c1 - 1
+                continue
+            self._counts[key] += np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
+            if key in self._first:  # (from the bytes: c0 is a multiple of 8)
+                some = packed != 0
+                rows = np.flatnonzero(some.any(axis=1))
+                first_byte = np.argmax(some[rows], axis=1)
+                last_byte = packed.shape[1] - 1 - np.argmax(some[rows, ::-1], axis=1)
+                first = c0 + 8 * first_byte + _FIRST_BIT[packed[rows, first_byte]]
+                start = self._first[key][rows]
+                self._first[key][rows] = np.where(start < 0, first, start)
+                self._last[key][rows] = c0 + 8 * last_byte + _LAST_BIT[packed[rows, last_byte]]
+
+    def count(self, name: str, row: int) -> int:
+        """The columns of `row` at which the condition `name` holds."""
+        return int(self._counts[name][row])
+
+    def first_step(self, name: str, row: int) -> int | None:
+        """The first step of `row` at which `name` (of _SPANS) holds; None: none."""
+        column = self._first[name][row]
+        return int(self.matrix.steps[column]) if column >= 0 else None
+
+    def last(self, name: str, row: int) -> int:
+        """The last column of `row` at which `name` (of _SPANS) holds (-1: none)."""
+        return int(self._last[name][row])
+
+    def condition(self, name: str, row: int) -> np.ndarray:
+        """bool[S]: where the condition `name` (a key of the kept bits) holds in `row`."""
+        if self._everywhere[name]:
+            return self._every
+        if name not in self._bits:
+            return self._nowhere
+        return np.unpackbits(self._bits[name][row], count=len(self._every)).view(bool)
+
+    def medians(self, rows: list[int]) -> list[float | None]:
+        """Each of `rows`' median over the finite ratios of its judged steps (None: none),
+        the rows shared by _THREADS threads."""
+        def median(row: int) -> float | None:
+            finite, values = self.condition("finite", row), self.matrix.values[row]
+            n_finite = np.count_nonzero(finite)
+            if not n_finite:
+                return None
+            return _median(values if n_finite == len(values) else values[finite])
+
+        return list(_in_threads(median, rows))
 
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
-        n = len(self.matrix.steps)
         for row in range(len(self.matrix.tags)):
-            c = {name: np.unpackbits(b[row], count=n).view(bool)  # 0 or 1 each
-                 for name, b in self._bits.items()}
+            c = _RowConditions(self, row)
             found = {}
             for reasons in self.rules.values():
+                total = self.count(reasons[0].hit_key, row)
+                if total < (self.patience if reasons[0].streak else 1):
+                    continue  # (too few hits for a streak)
                 hit = c[reasons[0].hit_key]
                 if reasons[0].streak:
                     cols = _streak(c[reasons[0].judges_key], hit, self.patience)
@@ -362,7 +454,7 @@ class _JudgedRun:
                     in_a_row = None
                 named = reasons[0] if len(reasons) == 1 else next(
                     r for r in reasons if c[r.starts_key][cols[0]])
-                found[named.name] = _Found(cols, in_a_row, int(hit.sum()))
+                found[named.name] = _Found(cols, in_a_row, total)
             yield row, c, found
 
     def text(self, row: int, reason: str, found: _Found) -> str:
@@ -382,21 +474,74 @@ class _JudgedRun:
         return table.BY_NAME[reason].words(evidence)
 
 
+# Of each byte of np.packbits (the first column its high bit), the columns of its first and
+# last bit set.
+_FIRST_BIT = np.array([8] + [8 - b.bit_length() for b in range(1, 256)])
+_LAST_BIT = np.array([-1] + [8 - (b & -b).bit_length() for b in range(1, 256)])
+
+
+def _in_threads(func: Callable, items: Iterable) -> Iterator:
+    """func(item) of each item, in order, computed _THREADS at a time (numpy's loops run
+    outside the GIL): one on this thread, the others on a pool's."""
+    items = list(items)
+    if _THREADS == 1:
+        yield from map(func, items)
+        return
+    with concurrent.futures.ThreadPoolExecutor(_THREADS - 1) as pool:
+        for i in range(0, len(items), _THREADS):
+            others = [pool.submit(func, item) for item in items[i + 1:i + _THREADS]]
+            yield func(items[i])
+            for other in others:
+                yield other.result()
+
+
+class _RowConditions(dict):
+    """{condition: bool[S]} of one row of a _JudgedRun, each unpacked when first read."""
+
+    def __init__(self, run: _JudgedRun, row: int):
+        super().__init__()
+        self._run, self._row = run, row
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = self[name] = self._run.condition(name, self._row)
+        return value
+
+
+def _first_moves(matrix: Ratios) -> np.ndarray:
+    """int[L]: the column at which each layer first had a judged ratio > 0 (the column
+    count: never), searched a few columns at a time from the first."""
+    n_layers, n_steps = matrix.values.shape
+    first = np.full(n_layers, n_steps)
+    todo = np.arange(n_layers)
+    c0, width = 0, 64
+    while len(todo) and c0 < n_steps:
+        c1 = min(c0 + width, n_steps)
+        with np.errstate(invalid="ignore"):
+            moved = (matrix.present[todo, c0:c1] & ~matrix.skipped_mask[None, c0:c1]
+                     & (matrix.values[todo, c0:c1] > 0))
+        found = moved.any(axis=1)
+        first[todo[found]] = c0 + np.argmax(moved[found], axis=1)
+        todo, c0, width = todo[~found], c1, width * 2
+    return first
+
+
 def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
     """The columns of the first run of at least `patience` hits among the `evaluable`
     columns (non-evaluable columns neither extend nor break it); None when there is none."""
     if np.count_nonzero(hit) < patience:  # fewer hits than a streak, judged or not
         return None
-    columns = np.flatnonzero(evaluable)
-    seq = hit[columns]
-    if seq.sum() < patience:
+    everywhere = bool(evaluable.all())
+    columns = None if everywhere else np.flatnonzero(evaluable)
+    seq = hit if everywhere else hit[columns]
+    if np.count_nonzero(seq) < patience:
         return None
     edges = np.diff(np.concatenate([[0], seq.astype(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     long = np.flatnonzero(ends - starts >= patience)
     if not len(long):
         return None
-    return columns[starts[long[0]]:ends[long[0]]]
+    first, end = starts[long[0]], ends[long[0]]
+    return np.arange(first, end) if everywhere else columns[first:end]
 
 
 # A layer's median: of more values than this, the two middle ones are first bracketed by two
@@ -421,7 +566,3 @@ def _median(values: np.ndarray) -> float:
             values, ks = inside, [ks[0] - below, ks[1] - below]
     middle = np.partition(values, ks)[ks]
     return float(np.mean(middle.astype(np.float64)))
-
-
-def _first(steps: np.ndarray) -> int | None:
-    return int(steps[0]) if len(steps) else None

@@ -38,8 +38,41 @@ DEFAULT = "default"
 BAND = "band"
 JUDGEMENTS = (DEFAULT, BAND)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare:
+    """`fact op threshold` at each cell: a float fact of the cells (cells.Cells: "values" or
+    "gap") against a number, as numpy compares float64 (NaN: False)."""
+
+    fact: str
+    op: str  # one of COMPARE_OPS
+    threshold: float
+
+
+COMPARE_OPS = {"<": np.less, "<=": np.less_equal, ">=": np.greater_equal, ">": np.greater}
+
+
+@dataclasses.dataclass(frozen=True)
+class All:
+    """The cells at which every term holds: a term is a bool fact of the cells by its name,
+    or a Compare. Called on cells.Cells it gives bool[L, C]; judge.py also reads its terms
+    (blocks.py computes them without the cells' float64 facts)."""
+
+    terms: tuple[Union[str, Compare], ...]
+
+    def __call__(self, cells: Cells) -> np.ndarray:
+        holds = np.ones(cells.present.shape, bool)
+        for term in self.terms:
+            if isinstance(term, Compare):
+                holds &= COMPARE_OPS[term.op](getattr(cells, term.fact), term.threshold)
+            else:
+                holds &= getattr(cells, term)
+        return holds
+
+
 # A condition on a block of cells (cells.Cells): bool[L, C], a fact of the cells by its
-# name (one the judgement keeps anyway), or a function of them.
+# name (one the judgement keeps anyway), or a function of them (All, or any other).
 Condition = Union[str, Callable[[Cells], np.ndarray]]
 
 
@@ -195,18 +228,9 @@ def _above_band_words(e: Evidence) -> str:
 
 # --- the conditions ---------------------------------------------------------------------------
 
-
-def _slow(c: Cells) -> np.ndarray:
-    return c.peers_ok & c.confirmed & (c.gap <= -np.log10(SLOW_OUTLIER_FACTOR))
-
-
-def _fast(c: Cells) -> np.ndarray:
-    return (c.peers_ok & c.confirmed & (c.gap >= np.log10(FAST_OUTLIER_FACTOR))
-            & (c.values >= FAST_OUTLIER_FROM))
-
-
-def _out_of_band(c: Cells) -> np.ndarray:
-    return c.below | c.above
+_SLOW = All(("peers_ok", "confirmed", Compare("gap", "<=", float(-np.log10(SLOW_OUTLIER_FACTOR)))))
+_FAST = All(("peers_ok", "confirmed", Compare("gap", ">=", float(np.log10(FAST_OUTLIER_FACTOR))),
+             Compare("values", ">=", FAST_OUTLIER_FROM)))
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -216,25 +240,25 @@ REASONS: tuple[Reason, ...] = (
     Reason("nan", DEFAULT, "NaN", hit="broken", judges=None, words=_nan_words),
     # +inf means ‖w‖ was exactly 0: expected once, when a zero-initialised weight first moves
     Reason("inf", DEFAULT, "+inf after first update",
-           hit=lambda c: c.infinite & c.moved_before, judges=None, words=_inf_words),
+           hit=All(("infinite", "moved_before")), judges=None, words=_inf_words),
     # no real movement while the run moves (another layer, or the `moving` evidence); a run
     # that stops as a whole has converged, or skipped
     Reason("not_moving", DEFAULT, "not moving",
-           hit=lambda c: c.finite & (c.values < NOT_MOVING_BELOW),
-           judges=lambda c: c.finite & c.run_moving, words=_not_moving_words),
+           hit=All(("finite", Compare("values", "<", NOT_MOVING_BELOW))),
+           judges=All(("finite", "run_moving")), words=_not_moving_words),
     # updates at least half as large as the weights themselves
     Reason("too_fast", DEFAULT, "too fast: updates as large as the weights",
-           hit=lambda c: c.finite & (c.values >= TOO_FAST_FROM), judges="finite",
+           hit=All(("finite", Compare("values", ">=", TOO_FAST_FROM))), judges="finite",
            words=_too_fast_words),
     # far below / above the median of its peers (cells.py), confirmed against its group
-    Reason("slow_outlier", DEFAULT, "far slower than its peers", hit=_slow, judges="peers_ok",
+    Reason("slow_outlier", DEFAULT, "far slower than its peers", hit=_SLOW, judges="peers_ok",
            words=_outlier_words("below")),
-    Reason("fast_outlier", DEFAULT, "far faster than its peers", hit=_fast, judges="peers_ok",
+    Reason("fast_outlier", DEFAULT, "far faster than its peers", hit=_FAST, judges="peers_ok",
            words=_outlier_words("above")),
     # a finite ratio out of the explicit band; 0 is below
-    Reason("below_band", BAND, "below band", hit=_out_of_band, judges="finite",
+    Reason("below_band", BAND, "below band", hit="out_of_band", judges="finite",
            words=_below_band_words, rule="band", starts="below"),
-    Reason("above_band", BAND, "above band", hit=_out_of_band, judges="finite",
+    Reason("above_band", BAND, "above band", hit="out_of_band", judges="finite",
            words=_above_band_words, rule="band", starts="above"),
 )
 
