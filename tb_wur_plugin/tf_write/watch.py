@@ -478,10 +478,11 @@ class _ConcreteCalls:
 
     The caller names what selects the concrete function: `key`, hashable, made of the
     Python arguments and the tensors' dtypes and shapes, and `held`, the variables among
-    the arguments, which the concrete function is kept for by identity (held weakly, so
-    that a kept function keeps no model alive, and checked at each call, so that a freed
-    variable's id taken by another one is not mistaken for it). The most recent few are
-    kept.
+    the arguments. Variables are arguments of the traced function, not captured by it; a
+    concrete function is kept for the variables themselves (which fixes their shapes,
+    dtypes and aliasing, the rest of what selects it) by identity, held weakly (a kept
+    function keeps no model alive) and checked at each call (a freed variable's id taken
+    by another one is not mistaken for it). The most recent few are kept.
     """
 
     _KEPT = 8
