@@ -17,11 +17,11 @@ epoch's end to the next's) and the tail (from the last epoch's end to `fit`'s re
 the reference, for the whole `fit`, its first epoch and its later epochs, and the tail in
 milliseconds.
 
-Probe (`--probe`): three `fit`s of one epoch per variant after a first one, each profiled
-(cProfile) for how many functions TensorFlow traces in it (`_create_concrete_function`
-calls; none on JAX), with the callback's own hooks timed: `on_train_begin`, the batch
-begins (all, and the slowest ones, which are the logged steps' snapshots and writes),
-`on_epoch_end`, `on_train_end`.
+Probe (`--probe`): a second `fit` of one epoch per variant, profiled (cProfile) for how
+many functions TensorFlow traces in it (`_create_concrete_function` calls; none on JAX);
+then three more `fit`s with the callback, not profiled, its hooks timed: `on_train_begin`,
+the batch begins (all, and the slowest ones, which are the logged steps' snapshots and
+writes), `on_epoch_end`, `on_train_end`.
 
     python benchmarks/keras_fit_hooks.py --rounds 20
     python benchmarks/keras_fit_hooks.py --probe
@@ -128,38 +128,32 @@ def rounds(nets: dict, callbacks: dict, x: Any, y: Any, count: int, epochs: int)
 
 
 def probe(nets: dict, callbacks: dict, x: Any, y: Any, fits: int) -> None:
-    print(f"probe: {fits} fits of one epoch per variant (after a first one); traces in each "
-          "fit; the callback's hooks in ms")
-    for index in range(fits):
-        for name in callbacks:
-            hooks: dict[str, list[float]] = {}
-            callback = callbacks[name]
-            if isinstance(callback, WeightUpdateRatioCallback):
-                for hook in HOOKS:
-                    setattr(callback, hook, _timed(getattr(callback, hook),
-                                                   hooks.setdefault(hook, [])))
-            profile = cProfile.Profile()
-            start = time.perf_counter()
-            profile.enable()
-            nets[name].fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=[callback])
-            profile.disable()
-            seconds = time.perf_counter() - start
-            for hook in HOOKS:
-                callback.__dict__.pop(hook, None)
-            traces = sum(stats[1] for key, stats in pstats.Stats(profile).stats.items()
-                         if key[2] == "_create_concrete_function")
-            line = f"  fit {index + 2} {name:<30} traces {traces}  ({seconds:.2f} s profiled)"
-            if hooks:
-                batches = hooks["on_train_batch_begin"]
-                slowest = sorted(range(len(batches)), key=batches.__getitem__)[-6:]
-                line += (
-                    f"\n      on_train_begin {1e3 * hooks['on_train_begin'][0]:.2f}, "
-                    f"batch begins {1e3 * sum(batches):.1f} in all, the slowest "
-                    + ", ".join(f"#{i}: {1e3 * batches[i]:.2f}" for i in sorted(slowest))
-                    + f", on_epoch_end {1e3 * hooks['on_epoch_end'][0]:.2f}, "
-                    f"on_train_end {1e3 * hooks['on_train_end'][0]:.2f}"
-                )
-            print(line)
+    print("probe: traces in a later fit of one epoch (profiled); then the callback's hooks in "
+          f"ms in {fits} more (not profiled)")
+    for name in callbacks:
+        profile = cProfile.Profile()
+        profile.enable()
+        nets[name].fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=[callbacks[name]])
+        profile.disable()
+        traces = sum(stats[1] for key, stats in pstats.Stats(profile).stats.items()
+                     if key[2] == "_create_concrete_function")
+        print(f"  {name:<30} traces {traces}")
+    name = "callback(update_freq=100)"
+    callback = callbacks[name]
+    for _ in range(fits):
+        hooks: dict[str, list[float]] = {}
+        for hook in HOOKS:
+            setattr(callback, hook, _timed(getattr(callback, hook), hooks.setdefault(hook, [])))
+        nets[name].fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=[callback])
+        for hook in HOOKS:
+            del callback.__dict__[hook]
+        batches = hooks["on_train_batch_begin"]
+        slowest = sorted(range(len(batches)), key=batches.__getitem__)[-6:]
+        print(f"  {name}: on_train_begin {1e3 * hooks['on_train_begin'][0]:.2f}, batch begins "
+              f"{1e3 * sum(batches):.1f} in all, the slowest "
+              + ", ".join(f"#{i}: {1e3 * batches[i]:.2f}" for i in sorted(slowest))
+              + f", on_epoch_end {1e3 * hooks['on_epoch_end'][0]:.2f}, "
+              f"on_train_end {1e3 * hooks['on_train_end'][0]:.2f}")
 
 
 def _timed(method: Any, into: list[float]) -> Any:
