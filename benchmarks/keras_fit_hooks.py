@@ -10,15 +10,19 @@ model (same initial weights) with its own callback, kept across fits; "no-op hoo
 is the noise floor.
 
 Rounds (default): each round runs one `fit` of `--epochs` epochs of every variant, in a
-random order, and times the first epoch (from the call of `fit` to the end of its first
+random order, after a garbage collection and with the collector off during the `fit` (as
+`timeit` does), and times the first epoch (from the call of `fit` to the end of its first
 `on_epoch_end`: `fit`'s own setup, `on_train_begin`, the epoch), the later epochs (from one
-epoch's end to the next's) and the tail (from the last epoch's end to `fit`'s return:
-`on_train_end`). The report is the median [min–max] over rounds of the per-round ratio to
-the reference, for the whole `fit`, its first epoch and its later epochs, and the tail in
-milliseconds.
+epoch's end to the next's), the tail (from the last epoch's end to `fit`'s return:
+`on_train_end`), the process's CPU time of the whole `fit`, and the time spent in the
+callback's hooks. The report is the median [min–max] over rounds of the per-round ratio to
+the reference, for the whole `fit` (wall and CPU time), its first epoch and its later
+epochs; the tail and the hooks in milliseconds; and the hooks' time over the reference's
+whole `fit` of the same round, the callback's own cost without the noise of the rest.
 
 Probe (`--probe`): a second `fit` of one epoch per variant, profiled (cProfile) for how
-many functions TensorFlow traces in it (`_create_concrete_function` calls; none on JAX);
+many functions TensorFlow traces in it (`_create_concrete_function` calls), and on JAX how
+many functions JAX compiles in it (`jax_log_compiles`);
 then three more `fit`s with the callback, not profiled, its hooks timed: `on_train_begin`,
 the batch begins (all, and the slowest ones, which are the logged steps' snapshots and
 writes), `on_epoch_end`, `on_train_end`.
@@ -31,7 +35,10 @@ writes), `on_epoch_end`, `on_train_end`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import gc
+import logging
 import os
 import pstats
 import random
@@ -39,7 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -88,15 +95,43 @@ def model(layers: int, width: int) -> keras.Model:
     return net
 
 
-def timed_fit(net: keras.Model, callback: Any, x: Any, y: Any, epochs: int
-              ) -> tuple[float, list[float], float]:
-    """One `fit`: (its first epoch, its later epochs, its tail), in seconds."""
+class Fit(NamedTuple):
+    """One timed `fit`, in seconds: wall time of its first epoch, of each later one, of its
+    tail; the process's CPU time of the whole `fit`; the time spent in the callback's hooks."""
+
+    first: float
+    later: list[float]
+    tail: float
+    cpu: float
+    hooks: float
+
+    @property
+    def whole(self) -> float:
+        return self.first + sum(self.later) + self.tail
+
+
+def timed_fit(net: keras.Model, callback: Any, x: Any, y: Any, epochs: int) -> Fit:
+    """One `fit` of `epochs` epochs, after a garbage collection, with the collector off
+    during it (as `timeit` does: a full collection, which the whole process's objects
+    trigger, came inside some `fit`s of every variant and took up to a second); the hooks
+    `HOOKS` of `callback` are timed."""
     clock = EpochClock()
-    start = time.perf_counter()
-    net.fit(x, y, batch_size=128, epochs=epochs, verbose=0, callbacks=[callback, clock])
-    end = time.perf_counter()
+    in_hooks: list[float] = []
+    for hook in HOOKS:
+        setattr(callback, hook, _timed(getattr(callback, hook), in_hooks))
+    gc.collect()
+    gc.disable()
+    try:
+        cpu, start = time.process_time(), time.perf_counter()
+        net.fit(x, y, batch_size=128, epochs=epochs, verbose=0, callbacks=[callback, clock])
+        end, cpu = time.perf_counter(), time.process_time() - cpu
+    finally:
+        gc.enable()
+        for hook in HOOKS:
+            del callback.__dict__[hook]
     ends = clock.ends
-    return ends[0] - start, [b - a for a, b in zip(ends, ends[1:])], end - ends[-1]
+    return Fit(ends[0] - start, [b - a for a, b in zip(ends, ends[1:])], end - ends[-1], cpu,
+               sum(in_hooks))
 
 
 def summary(values: list[float], digits: int = 3) -> str:
@@ -105,45 +140,54 @@ def summary(values: list[float], digits: int = 3) -> str:
 
 
 def rounds(nets: dict, callbacks: dict, x: Any, y: Any, count: int, epochs: int) -> None:
-    times: dict[str, list[tuple]] = {name: [] for name in callbacks}
+    fits: dict[str, list[Fit]] = {name: [] for name in callbacks}
     for _ in range(count):
         names = list(callbacks)
         random.shuffle(names)
         for name in names:
-            times[name].append(timed_fit(nets[name], callbacks[name], x, y, epochs))
+            fits[name].append(timed_fit(nets[name], callbacks[name], x, y, epochs))
     print(f"per-round ratio to '{REFERENCE}', median [min–max] over {count} rounds of one "
-          f"fit of {epochs} epochs each; tail (on_train_end) in ms")
-    print(f"  {'variant':<30} {'whole fit':<22} {'first epoch':<22} {'later epochs':<22} "
-          f"tail ms")
-    reference = times[REFERENCE]
+          f"fit of {epochs} epochs each (wall time; CPU time of the process for the whole fit); "
+          "the tail and the time in the callback's hooks in ms per fit")
+    print(f"  {'variant':<27} {'whole fit':<20} {'first epoch':<20} {'later epochs':<20} "
+          f"{'whole fit, CPU':<20} {'tail ms':<20} hooks ms")
+    reference = fits[REFERENCE]
     for name in callbacks:
         if name == REFERENCE:
             continue
-        whole, first, later = [], [], []
-        for mine, ref in zip(times[name], reference):
-            whole.append((mine[0] + sum(mine[1]) + mine[2]) / (ref[0] + sum(ref[1]) + ref[2]))
-            first.append(mine[0] / ref[0])
-            later.extend(a / b for a, b in zip(mine[1], ref[1]))
-        tails = [1e3 * mine[2] for mine in times[name]]
-        print(f"  {name:<30} {summary(whole):<22} {summary(first):<22} "
-              f"{summary(later) if later else '-':<22} {summary(tails, 2)}")
-    tails = [1e3 * ref[2] for ref in reference]
-    first = [1e3 * ref[0] for ref in reference]
-    print(f"  {REFERENCE + ' (absolute)':<30} first epoch {summary(first, 0)} ms, "
-          f"tail {summary(tails, 2)} ms")
+        whole, first, later, cpu = [], [], [], []
+        for mine, ref in zip(fits[name], reference):
+            whole.append(mine.whole / ref.whole)
+            first.append(mine.first / ref.first)
+            later.extend(a / b for a, b in zip(mine.later, ref.later))
+            cpu.append(mine.cpu / ref.cpu)
+        print(f"  {name:<27} {summary(whole):<20} {summary(first):<20} "
+              f"{summary(later) if later else '-':<20} {summary(cpu):<20} "
+              f"{summary([1e3 * f.tail for f in fits[name]], 2):<20} "
+              f"{summary([1e3 * f.hooks for f in fits[name]], 1)}")
+    print(f"  {REFERENCE + ' (absolute)':<27} whole fit "
+          f"{summary([1e3 * f.whole for f in reference], 0)} ms, first epoch "
+          f"{summary([1e3 * f.first for f in reference], 0)} ms, tail "
+          f"{summary([1e3 * f.tail for f in reference], 2)} ms")
+    mine = fits["callback(update_freq=100)"]
+    print("  the callback's hooks / the reference's fit of the same round: "
+          + summary([f.hooks / ref.whole for f, ref in zip(mine, reference)], 4))
 
 
 def probe(nets: dict, callbacks: dict, x: Any, y: Any, fits: int) -> None:
     print("probe: traces in a later fit of one epoch (profiled); then the callback's hooks in "
           f"ms in {fits} more (not profiled)")
     for name in callbacks:
-        profile = cProfile.Profile()
-        profile.enable()
-        nets[name].fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=[callbacks[name]])
-        profile.disable()
+        with _compiles() as compiles:
+            profile = cProfile.Profile()
+            profile.enable()
+            nets[name].fit(x, y, batch_size=128, epochs=1, verbose=0,
+                           callbacks=[callbacks[name]])
+            profile.disable()
         traces = sum(stats[1] for key, stats in pstats.Stats(profile).stats.items()
                      if key[2] == "_create_concrete_function")
-        print(f"  {name:<30} traces {traces}")
+        print(f"  {name:<30} traces {traces}"
+              + (f", JAX compiles {len(compiles)}" if compiles is not None else ""))
     name = "callback(update_freq=100)"
     callback = callbacks[name]
     for _ in range(fits):
@@ -160,6 +204,32 @@ def probe(nets: dict, callbacks: dict, x: Any, y: Any, fits: int) -> None:
               + ", ".join(f"#{i}: {1e3 * batches[i]:.2f}" for i in sorted(slowest))
               + f", on_epoch_end {1e3 * hooks['on_epoch_end'][0]:.2f}, "
               f"on_train_end {1e3 * hooks['on_train_end'][0]:.2f}")
+
+
+@contextlib.contextmanager
+def _compiles() -> Iterator[list | None]:
+    """On JAX, the compilations in the block (`jax_log_compiles`' messages), listed as they
+    come; elsewhere None."""
+    if keras.backend.backend() != "jax":
+        yield None
+        return
+    import jax
+
+    compiles: list = []
+
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Compiling"):
+                compiles.append(record.getMessage()[:80])
+
+    handler, logger = Counter(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        yield compiles
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
 
 
 def _timed(method: Any, into: list[float]) -> Any:
