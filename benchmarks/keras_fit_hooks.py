@@ -2,12 +2,12 @@
 hook does nothing, on the backend KERAS_BACKEND names (tensorflow or jax): what each `fit`
 and each epoch with the callback costs.
 
-The model: 80 Dense layers (160 variables): 79 of 64 units (relu) side by side on 64 inputs,
-averaged, then one of 10 units; Adam, mse, batch 128, 300 steps an epoch, numpy inputs. The reference callback defines
-`on_train_batch_begin` (a `pass`), as the callback does, and no batch-end hook, so that
-Keras dispatches batch ends the same way for both. Each variant fits its own copy of the
-model (same initial weights) with its own callback, kept across fits; "no-op hooks (again)"
-is the noise floor.
+The model: 80 Dense layers (160 variables): 79 of 64 units (relu) side by side on 64
+inputs, averaged, then one of 10 units; Adam, mse, batch 128, 300 steps an epoch, numpy
+inputs. The reference callback defines `on_train_batch_begin` (a `pass`), as the callback
+does, and no batch-end hook, so that Keras dispatches batch ends the same way for both.
+Each variant fits its own copy of the model (same initial weights) with its own callback,
+kept across fits; "no-op hooks (again)" is the noise floor.
 
 Rounds (default): each round runs one `fit` of `--epochs` epochs of every variant, in a
 random order, after a garbage collection and with the collector off during the `fit` (as
@@ -21,11 +21,10 @@ epochs; the tail and the hooks in milliseconds; and the hooks' time over the ref
 whole `fit` of the same round, the callback's own cost without the noise of the rest.
 
 Probe (`--probe`): a second `fit` of one epoch per variant, profiled (cProfile) for how
-many functions TensorFlow traces in it (`_create_concrete_function` calls), and on JAX how
-many functions JAX compiles in it (`jax_log_compiles`);
-then three more `fit`s with the callback, not profiled, its hooks timed: `on_train_begin`,
-the batch begins (all, and the slowest ones, which are the logged steps' snapshots and
-writes), `on_epoch_end`, `on_train_end`.
+many functions TensorFlow traces in it (`_create_concrete_function` calls) and, on JAX, how
+many JAX compiles (`jax_log_compiles`); then three more `fit`s with the callback, not
+profiled, its hooks timed: `on_train_begin`, the batch begins (all, and the slowest ones,
+which are the logged steps' snapshots and writes), `on_epoch_end`, `on_train_end`.
 
     python benchmarks/keras_fit_hooks.py --rounds 20
     python benchmarks/keras_fit_hooks.py --probe
