@@ -17,8 +17,9 @@ epoch's end to the next's), the tail (from the last epoch's end to `fit`'s retur
 `on_train_end`), the process's CPU time of the whole `fit`, and the time spent in the
 callback's hooks. The report is the median [min–max] over rounds of the per-round ratio to
 the reference, for the whole `fit` (wall and CPU time), its first epoch and its later
-epochs; the tail and the hooks in milliseconds; and the hooks' time over the reference's
-whole `fit` of the same round, the callback's own cost without the noise of the rest.
+epochs; the tail and the hooks in milliseconds, and how many tails took over 0.1 s; and the
+hooks' time over the reference's whole `fit` of the same round, the callback's own cost
+without the noise of the rest.
 
 Probe (`--probe`): a second `fit` of one epoch per variant, profiled (cProfile) for how
 many functions TensorFlow traces in it (`_create_concrete_function` calls) and, on JAX, how
@@ -138,6 +139,11 @@ def summary(values: list[float], digits: int = 3) -> str:
             f"[{min(values):.{digits}f}–{max(values):.{digits}f}]")
 
 
+def _long(fits: list[Fit]) -> str:
+    """How many of `fits` have a tail over 0.1 s, of how many."""
+    return f"{sum(f.tail > 0.1 for f in fits)}/{len(fits)}"
+
+
 def rounds(nets: dict, callbacks: dict, x: Any, y: Any, count: int, epochs: int) -> None:
     fits: dict[str, list[Fit]] = {name: [] for name in callbacks}
     for _ in range(count):
@@ -149,7 +155,7 @@ def rounds(nets: dict, callbacks: dict, x: Any, y: Any, count: int, epochs: int)
           f"fit of {epochs} epochs each (wall time; CPU time of the process for the whole fit); "
           "the tail and the time in the callback's hooks in ms per fit")
     print(f"  {'variant':<27} {'whole fit':<20} {'first epoch':<20} {'later epochs':<20} "
-          f"{'whole fit, CPU':<20} {'tail ms':<20} hooks ms")
+          f"{'whole fit, CPU':<20} {'tail ms':<20} {'> 0.1 s':<6} hooks ms")
     reference = fits[REFERENCE]
     for name in callbacks:
         if name == REFERENCE:
@@ -163,11 +169,12 @@ def rounds(nets: dict, callbacks: dict, x: Any, y: Any, count: int, epochs: int)
         print(f"  {name:<27} {summary(whole):<20} {summary(first):<20} "
               f"{summary(later) if later else '-':<20} {summary(cpu):<20} "
               f"{summary([1e3 * f.tail for f in fits[name]], 2):<20} "
+              f"{_long(fits[name]):<6} "
               f"{summary([1e3 * f.hooks for f in fits[name]], 1)}")
     print(f"  {REFERENCE + ' (absolute)':<27} whole fit "
           f"{summary([1e3 * f.whole for f in reference], 0)} ms, first epoch "
           f"{summary([1e3 * f.first for f in reference], 0)} ms, tail "
-          f"{summary([1e3 * f.tail for f in reference], 2)} ms")
+          f"{summary([1e3 * f.tail for f in reference], 2)} ms ({_long(reference)} over 0.1 s)")
     mine = fits["callback(update_freq=100)"]
     print("  the callback's hooks / the reference's fit of the same round: "
           + summary([f.hooks / ref.whole for f, ref in zip(mine, reference)], 4))
