@@ -130,3 +130,11 @@ def test_keras_fit_benchmark_smoke():
     assert "fit + callback(update_freq=10)" in result.stdout
     out = _run("training.py", "--parts", "fit", "--steps-per-execution", "4")
     assert "steps_per_execution=4" in out and "fit + WeightUpdateRatioCallback" in out
+
+
+def test_keras_fit_hooks_benchmark_smoke():
+    """benchmarks/keras_fit_hooks.py: its rounds, and its probe of traces and hook times."""
+    out = _run("keras_fit_hooks.py")
+    assert "no-op hooks (again)" in out and "callback(update_freq=100)" in out
+    out = _run("keras_fit_hooks.py", "--probe")
+    assert "traces" in out and "on_train_begin" in out and "on_train_end" in out

@@ -340,6 +340,34 @@ def test_eager_watch_writes_to_each_default_writer_with_one_trace(tmp_path):
     assert [sorted(ratio_series(d)["w"]) for d in dirs] == [[0, 3], [1], [2]]
 
 
+def test_eager_watch_of_variables_alike_writes_each_ones_own_ratios(tmp_path):
+    # Variables of the same names, shapes and dtypes, watched in turn, some of them freed
+    # and made again in between: each record, through the concrete function it calls,
+    # computes the ratios of its own variables.
+    def make(seed):
+        rng = np.random.default_rng(seed)
+        return [tf.Variable(rng.normal(size=(4, 3)).astype(np.float32), name="w"),
+                tf.Variable(rng.normal(size=(3,)).astype(np.float32), name="b")]
+
+    sets = {"a": make(0), "b": make(1)}
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    expected = {}
+    with writer.as_default():
+        for step, name in enumerate(["a", "b", "a", "c", "b", "c", "a"]):
+            if name == "c":  # a fresh set each time, the previous one freed
+                sets["c"] = make(10 + step)
+            variables = sets[name]
+            update = [np.full(v.shape, 0.01 * (step + 1), np.float32) for v in variables]
+            before = [v.numpy() for v in variables]
+            with wur_summary.watch(variables, step=step):
+                for v, u in zip(variables, update):
+                    v.assign_add(u)
+            for path, old, v in zip(("w", "b"), before, variables):
+                expected[(path, step)] = reference_ratio(old, v.numpy())
+    writer.close()
+    assert_ratios_close(_logged(str(tmp_path)), expected, rtol=5e-7)
+
+
 def _graph_structure(concrete_function) -> list[tuple]:
     """Each op's type, inputs and control inputs (by position), in creation order: equal for
     two graphs that differ only in names."""
