@@ -6,5 +6,6 @@
 - `cells`: the facts of each layer and step the conditions read (the peers included);
 - `thresholds`: the settings' defaults and the thresholds;
 - `judge`: a whole run judged (`judge_layers`, `flag_layers`, `findings`, `others_moving`);
-- `online`: the same judgement step by step, as training logs the ratios.
+- `online`: the same judgement step by step, as training logs the ratios;
+- `threads`: numpy work of a large run shared by threads (the heatmap reduction uses it too).
 """

@@ -27,10 +27,8 @@ the finding at `since` (on a tie, the first in the table).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import os
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -42,6 +40,7 @@ from tb_wur_plugin.judgement.cells import (
     others_at_least,
     positive_log10,
 )
+from tb_wur_plugin.judgement.threads import in_threads
 from tb_wur_plugin.judgement.thresholds import DEFAULT_BAND, DEFAULT_PATIENCE, RUN_MOVING_FROM
 
 # The fields of a layer that the report prints (docs/report.md), in order.
@@ -176,7 +175,7 @@ def _layers(run: _JudgedRun, flagged_only: bool) -> list[dict]:
         (row, found), reason = judged[i], reasons[i]
         return run.text(row, reason, found[reason]) if reason else None
 
-    texts = list(_in_threads(words, range(len(judged))))
+    texts = list(in_threads(words, range(len(judged))))
     layers = []
     for (row, found), median, reason, text in zip(judged, medians, reasons, texts):
         n_logged, n_judged = run.count("present", row), run.count("judged", row)
@@ -297,8 +296,6 @@ def others_moving(matrix: Ratios, reference: Ratios) -> np.ndarray:
 # Cells judged at once (bounds the temporaries of a large run: float32 and bool arrays of a
 # block; an eighth as many where blocks.py leaves them to cells.cells_of, ~15 float64 arrays).
 _BLOCK_CELLS = 1 << 21
-# Threads that share a run's blocks, and then its layers' medians (this one among them).
-_THREADS = min(2, os.cpu_count() or 1)
 # The facts of cells.Cells a layer's numbers are read from, besides the reasons' conditions
 # (kept as bits: a large run's cells at about 16 bits a cell).
 _FACTS = ("present", "skipped", "judged", "finite", "broken", "infinite", "nonfinite", "below",
@@ -356,7 +353,7 @@ class _JudgedRun:
                 None if moving is None else moving[:, c0:c1], sources,
             )
 
-        for judged in _in_threads(block, range(0, n_steps, width)):
+        for judged in in_threads(block, range(0, n_steps, width)):
             self._keep(*judged)
         self._nowhere = np.zeros(n_steps, bool)
         self._nowhere.flags.writeable = False
@@ -422,7 +419,7 @@ class _JudgedRun:
 
     def medians(self, rows: list[int]) -> list[float | None]:
         """Each of `rows`' median over the finite ratios of its judged steps (None: none),
-        the rows shared by _THREADS threads."""
+        the rows shared by threads (threads.in_threads)."""
         def median(row: int) -> float | None:
             finite, values = self.condition("finite", row), self.matrix.values[row]
             n_finite = np.count_nonzero(finite)
@@ -430,7 +427,7 @@ class _JudgedRun:
                 return None
             return _median(values if n_finite == len(values) else values[finite])
 
-        return list(_in_threads(median, rows))
+        return list(in_threads(median, rows))
 
     def rows(self) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, _Found]]]:
         """(row, {condition: bool[S]}, {reason: its finding}) of every layer, in row order."""
@@ -478,21 +475,6 @@ class _JudgedRun:
 # last bit set.
 _FIRST_BIT = np.array([8] + [8 - b.bit_length() for b in range(1, 256)])
 _LAST_BIT = np.array([-1] + [8 - (b & -b).bit_length() for b in range(1, 256)])
-
-
-def _in_threads(func: Callable, items: Iterable) -> Iterator:
-    """func(item) of each item, in order, computed _THREADS at a time (numpy's loops run
-    outside the GIL): one on this thread, the others on a pool's."""
-    items = list(items)
-    if _THREADS == 1:
-        yield from map(func, items)
-        return
-    with concurrent.futures.ThreadPoolExecutor(_THREADS - 1) as pool:
-        for i in range(0, len(items), _THREADS):
-            others = [pool.submit(func, item) for item in items[i + 1:i + _THREADS]]
-            yield func(items[i])
-            for other in others:
-                yield other.result()
 
 
 class _RowConditions(dict):

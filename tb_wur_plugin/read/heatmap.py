@@ -1,6 +1,7 @@
 """The heatmap's numbers: a run's ratios as a layers × steps matrix, binned into columns
 and reduced. Pure numpy, no TensorBoard. (The judgement is in tb_wur_plugin/judgement/, the
-wire encoding of the cells in web/heatmap_wire.py.)
+wire encoding of the cells in web/heatmap_wire.py.) A large matrix is reduced in blocks of
+rows, by two threads (judgement.threads).
 
 Columns cover a step range [start, end] in equal ranges of `w` steps (the last one up to
 `end`), the same for every run shown, without gaps or overlap. `w` is the largest common
@@ -28,6 +29,8 @@ import dataclasses
 import functools
 
 import numpy as np
+
+from tb_wur_plugin.judgement.threads import in_threads
 
 REDUCTIONS = ("mean_log10", "max", "min", "last")
 
@@ -117,6 +120,10 @@ def cell_classes(values: np.ndarray, present: np.ndarray) -> np.ndarray:
 # Cells a block of rows holds while a large matrix is reduced (bounds the temporaries, and
 # keeps a block's float64 logs in cache).
 BLOCK_CELLS = 1 << 18
+
+
+# Row blocks a thread reduces in one go (reduce_columns).
+_BLOCKS_PER_ITEM = 16
 
 
 def row_blocks(shape: tuple[int, ...]):
@@ -222,29 +229,55 @@ def reduce_columns(
     n_layers, n_columns = len(matrix.tags), len(columns.start)
     values = np.full((n_layers, n_columns), np.nan)
     missing = np.ones((n_layers, n_columns), bool)
-    for rows in row_blocks(matrix.values.shape):
-        values[rows], missing[rows] = _reduce_rows(
-            matrix.values[rows], matrix.present[rows], matrix.classes[rows], matrix.steps,
-            columns, reduction,
-        )
+    spans = _Spans.of(matrix.steps, columns)
+    classes = matrix.classes  # (computed once, before the threads read it)
+
+    def reduce_blocks(blocks: list[slice]) -> None:
+        for rows in blocks:
+            values[rows], missing[rows] = _reduce_rows(
+                matrix.values[rows], matrix.present[rows], classes[rows], spans, reduction)
+
+    # each thread's share of the rows in a few items (the Python between numpy's loops holds
+    # the GIL: many small items would take turns at it)
+    blocks = row_blocks(matrix.values.shape)
+    for _ in in_threads(reduce_blocks, [blocks[i:i + _BLOCKS_PER_ITEM]
+                                        for i in range(0, len(blocks), _BLOCKS_PER_ITEM)]):
+        pass
     return values, missing
 
 
+@dataclasses.dataclass(frozen=True)
+class _Spans:
+    """Where each column's steps lie in a matrix's steps: [lo[k], hi[k]); the reduction
+    reads [base, stop) only, and `starts` (relative to base) of its first `reduced` columns
+    (those that start before the range ends)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    nonempty: np.ndarray
+    base: int
+    stop: int
+    reduced: int
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, steps: np.ndarray, columns: Columns) -> "_Spans":
+        edges = np.searchsorted(steps, np.append(columns.start, columns.end + 1))
+        lo, hi = edges[:-1], edges[1:]
+        base, stop = int(lo[0]), int(hi[-1])
+        reduced = int(np.searchsorted(lo, stop))
+        return cls(lo, hi, hi > lo, base, stop, reduced, lo[:reduced] - base)
+
+
 def _reduce_rows(
-    v: np.ndarray, present: np.ndarray, classes: np.ndarray, steps: np.ndarray,
-    columns: Columns, reduction: str,
+    v: np.ndarray, present: np.ndarray, classes: np.ndarray, spans: _Spans, reduction: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """`reduce_columns` of some rows of a matrix (their values, present and classes)."""
-    n_layers, n_columns = v.shape[0], len(columns.start)
-    edges = np.searchsorted(steps, np.append(columns.start, columns.end + 1))
-    lo, hi = edges[:-1], edges[1:]
-    nonempty = hi > lo
-    base, stop = lo[0], hi[-1]
-    reduced = int(np.searchsorted(lo, stop))  # columns that start before the range ends
-
+    n_layers, n_columns = v.shape[0], len(spans.lo)
+    lo, hi, nonempty = spans.lo, spans.hi, spans.nonempty
+    base, stop, reduced, starts = spans.base, spans.stop, spans.reduced, spans.starts
     # only the steps of the range are read: [base, stop)
     v, present, classes = v[:, base:stop], present[:, base:stop], classes[:, base:stop]
-    starts = lo[:reduced] - base
 
     def per_column(array: np.ndarray, ufunc: np.ufunc, neutral, dtype=None) -> np.ndarray:
         """ufunc over each column's steps [lo, hi) of `array` ([L, stop - base]); `neutral`

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tb_wur_plugin.judgement import judge
+from tb_wur_plugin.judgement import threads
 from tb_wur_plugin.read import heatmap
 from tb_wur_plugin.web import heatmap_wire
 
@@ -233,12 +234,14 @@ def test_skipped_steps_per_column_and_not_judged_by_the_flags(seed):
 
 
 @pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
-def test_reducing_in_blocks_of_rows_changes_nothing(monkeypatch, reduction):
+def test_reducing_in_blocks_of_rows_by_threads_changes_nothing(monkeypatch, reduction):
     matrix = heatmap.RunMatrix.from_series(
         _random_matrix(np.random.default_rng(11), n_layers=9, n_steps=120), [3, 30])
     columns = heatmap.make_columns(matrix.steps, 0, int(matrix.steps[-1]), 37)
     whole = heatmap.hold_gaps(matrix, columns, *heatmap.reduce_columns(matrix, columns, reduction))
     monkeypatch.setattr(heatmap, "BLOCK_CELLS", 1)  # one row at a time
+    monkeypatch.setattr(heatmap, "_BLOCKS_PER_ITEM", 2)  # five items, shared by the threads
+    monkeypatch.setattr(threads, "THREADS", 2)
     blocked = heatmap.RunMatrix(matrix.tags, matrix.steps, matrix.values, matrix.present,
                                 matrix.skipped)  # classes computed anew, in blocks too
     again = heatmap.hold_gaps(blocked, columns, *heatmap.reduce_columns(blocked, columns, reduction))
@@ -297,3 +300,25 @@ def test_a_block_of_positive_ratios_reduces_as_any_block(seed, reduction):
     shared, shared_missing = heatmap.reduce_columns(with_odd, columns, reduction)
     np.testing.assert_array_equal(alone, shared[:5])
     np.testing.assert_array_equal(alone_missing, shared_missing[:5])
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_work_shared_by_threads_comes_back_in_order_and_raises(monkeypatch, n_threads):
+    monkeypatch.setattr(threads, "THREADS", n_threads)
+    items = list(range(11))
+    seen = []
+
+    def square(x: int) -> int:
+        seen.append(x)
+        return x * x
+
+    assert list(threads.in_threads(square, items)) == [x * x for x in items]
+    assert sorted(seen) == items  # each item once
+
+    def fail_at_seven(x: int) -> int:
+        if x == 7:
+            raise ValueError("seven")
+        return x
+
+    with pytest.raises(ValueError, match="seven"):
+        list(threads.in_threads(fail_at_seven, items))
