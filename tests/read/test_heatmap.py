@@ -322,3 +322,23 @@ def test_work_shared_by_threads_comes_back_in_order_and_raises(monkeypatch, n_th
 
     with pytest.raises(ValueError, match="seven"):
         list(threads.in_threads(fail_at_seven, items))
+
+
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 3_517])
+def test_gzip_in_threads_is_one_member_any_reader_reads(monkeypatch, size):
+    """Pieces deflated apart make one gzip member: Python's gzip and zlib, and the gzip
+    command, read back the bytes, pieces of 1,000 bytes shared by two threads."""
+    import gzip
+    import subprocess
+    import zlib
+
+    monkeypatch.setattr(heatmap_wire, "_PIECE_BYTES", 1000)
+    monkeypatch.setattr(threads, "THREADS", 2)
+    rng = np.random.default_rng(size)
+    data = (rng.integers(0, 4, size, dtype=np.uint8) * 60).tobytes()  # compressible
+    payload = heatmap_wire.gzip_in_threads(data)
+    assert gzip.decompress(payload) == data
+    reader = zlib.decompressobj(16 + zlib.MAX_WBITS)  # one member, nothing after it
+    assert reader.decompress(payload) == data and reader.eof and not reader.unused_data
+    assert subprocess.run(["gzip", "-dc"], input=payload, capture_output=True,
+                          check=True).stdout == data
