@@ -18,13 +18,14 @@ const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const CHROMIUM = process.env.WUR_CHROMIUM || "/usr/bin/chromium";
 const XSS_TAG = "<img src=x onerror=alert(1)>";
 
+const T0 = Date.now();
 class CheckFailed extends Error {}
 const expectedErrors = []; // console errors a check provoked on purpose
 function check(ok, message) {
   if (!ok) throw new CheckFailed(message);
 }
 function log(message) {
-  process.stdout.write(`[${config.label}] ${message}\n`);
+  process.stdout.write(`[${config.label}] ${((Date.now() - T0) / 1000).toFixed(1)}s ${message}\n`);
 }
 
 /** What the tooltip must say about an exported ratio (TensorBoard JSON: non-finite as strings). */
@@ -101,13 +102,19 @@ function frame(page) {
 
 const heatmapRequests = [];
 const wurRequests = []; // every request of the tab to its backend, in order
+const wurOut = new Set(); // those not yet answered
 
 async function openTab(page) {
   const t0 = Date.now();
   page.on("request", (r) => {
     if (r.url().includes("/data/plugin/wur/heatmap")) heatmapRequests.push(r.url());
-    if (r.url().includes("/data/plugin/wur/")) wurRequests.push(r.url());
+    if (r.url().includes("/data/plugin/wur/")) {
+      wurRequests.push(r.url());
+      wurOut.add(r);
+    }
   });
+  page.on("requestfinished", (r) => wurOut.delete(r));
+  page.on("requestfailed", (r) => wurOut.delete(r));
   await page.goto(`${config.url}/#wur`);
   const f = frame(page);
   await f.locator('[data-testid="wur-ready"]').waitFor({ timeout: 60000 });
@@ -633,11 +640,25 @@ async function widths(page, f, want) {
   log(`widths work (${measured.join(", ")}: no horizontal scroll, names wrap only between words, the detail below its heatmap says why)`);
 }
 
-/** Waits until the tab has settled: nothing loading, nothing asked for a moment. */
+/** Waits until the tab has settled: for SETTLED_MS in a row, no request of the tab out, none
+ * newly asked, and the tab idle (longer than the tab's own timers: a click's 260 ms, a
+ * resize's 200 ms). */
+const SETTLED_MS = 300;
 async function settled(page, f) {
-  await page.waitForTimeout(300);
-  await f.locator('.wur-root[data-state="idle"]').waitFor();
-  await page.waitForTimeout(300);
+  const deadline = Date.now() + 20000;
+  let asked = wurRequests.length, quietSince = Date.now();
+  while (true) {
+    await page.waitForTimeout(25);
+    const quiet = wurOut.size === 0 && wurRequests.length === asked
+      && await f.locator('.wur-root[data-state="idle"]').count() === 1;
+    if (!quiet) {
+      asked = wurRequests.length;
+      quietSince = Date.now();
+    } else if (Date.now() - quietSince >= SETTLED_MS) {
+      return;
+    }
+    check(Date.now() < deadline, `the tab did not settle in 20 s (${wurOut.size} requests out)`);
+  }
 }
 
 /** The routes the tab requested while `action` ran (and until it settled), sorted. */
