@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from judgement_blocks import random_block
+
 from tb_wur_plugin.judgement import blocks
 from tb_wur_plugin.judgement import reasons as table
 from tb_wur_plugin.judgement.cells import cells_of, order_statistics
@@ -20,29 +22,6 @@ from tb_wur_plugin.judgement.thresholds import (
     RUN_MOVING_FROM,
     SLOW_OUTLIER_FACTOR,
 )
-
-SPECIAL = np.array([
-    0.0, np.nan, np.inf, -np.inf, -1e-3, 1e-45, 1e-9, RUN_MOVING_FROM, 1e-4, 1e-2, 0.5, 1e-3,
-    1e-3, 2e-3,
-], np.float32)
-
-
-def _block(rng: np.random.Generator):
-    """A block of up to 9 layers and 12 steps: special values, ties across a column, missing
-    and skipped steps, 1-3 groups."""
-    n_rows, n_cols = int(rng.integers(1, 10)), int(rng.integers(1, 13))
-    values = (10.0 ** rng.normal(-3, 1.5, (n_rows, n_cols))).astype(np.float32)
-    special = rng.random((n_rows, n_cols)) < rng.uniform(0, 0.6)
-    values[special] = rng.choice(SPECIAL, special.sum())
-    if rng.random() < 0.3:
-        values[:, rng.integers(n_cols)] = values[0, 0]
-    present = rng.random((n_rows, n_cols)) < rng.uniform(0.5, 1)
-    if rng.random() < 0.5:
-        values[~present] = np.nan
-    skipped = rng.random(n_cols) < 0.2
-    groups = rng.integers(0, int(rng.integers(1, 4)), n_rows)
-    group_rows = [list(np.flatnonzero(groups == g)) for g in np.unique(groups)]
-    return values, present, skipped, group_rows
 
 # every condition the judgement keeps or reads, and the facts that blocks.py computes itself
 CONDITIONS = {
@@ -104,7 +83,7 @@ def _check(values, present, skipped, group_rows, first_move, first_column, movin
 def test_every_condition_is_cells_ofs(seed):
     rng = np.random.default_rng(seed)
     for _ in range(10):
-        values, present, skipped, group_rows = _block(rng)
+        values, present, skipped, group_rows = random_block(rng, always_nan_where_missing=False)
         _at_thresholds(values, present, skipped, group_rows, rng)
         moving = rng.random(values.shape) < 0.1 if rng.random() < 0.5 else None
         first_column = int(rng.integers(0, 5))

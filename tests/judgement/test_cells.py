@@ -10,6 +10,8 @@ import math
 import numpy as np
 import pytest
 
+from judgement_blocks import random_block
+
 from tb_wur_plugin.judgement import cells as cells_module
 from tb_wur_plugin.judgement.thresholds import (
     DEFAULT_BAND,
@@ -18,25 +20,11 @@ from tb_wur_plugin.judgement.thresholds import (
     RUN_MOVING_FROM,
 )
 
-SPECIAL = np.array([
-    0.0, np.nan, np.inf, -np.inf, -1e-3, 1e-45, 1e-9, RUN_MOVING_FROM, 1e-4, 1e-2, 0.5, 1e-3,
-    1e-3, 2e-3,
-], np.float32)
-
 
 def _block(rng: np.random.Generator):
-    n_rows, n_cols = int(rng.integers(1, 10)), int(rng.integers(1, 13))
-    values = (10.0 ** rng.normal(-3, 1.5, (n_rows, n_cols))).astype(np.float32)
-    special = rng.random((n_rows, n_cols)) < rng.uniform(0, 0.6)
-    values[special] = rng.choice(SPECIAL, special.sum())
-    if rng.random() < 0.3:  # ties across a whole column
-        values[:, rng.integers(n_cols)] = values[0, 0]
-    present = rng.random((n_rows, n_cols)) < rng.uniform(0.5, 1)
-    values[~present] = np.nan
-    skipped = rng.random(n_cols) < 0.2
-    groups = rng.integers(0, int(rng.integers(1, 4)), n_rows)
-    group_rows = [list(np.flatnonzero(groups == g)) for g in np.unique(groups)]
-    moved_before = rng.random((n_rows, n_cols)) < 0.5
+    """`random_block`'s block, NaN where missing, and moved_before bool[L, C]."""
+    values, present, skipped, group_rows = random_block(rng)
+    moved_before = rng.random(values.shape) < 0.5
     return values, present, skipped, group_rows, moved_before
 
 

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import urllib.parse
 
-import numpy as np
 import pytest
 
 import judgement_corpus
