@@ -40,6 +40,7 @@ class Logger:
         self._flush_millis = flush_millis
         self._histograms = histograms
         self._spectral = spectral  # warm vectors kept per variable (`tf_write.spectral`)
+        self._shapes_of: tuple[tuple, list] = ((), [])  # (watched's key, their shapes)
         self.judgement = TrainingJudgement(**judging)
         # False: a worker of a multi-worker strategy other than the chief, which logs every
         # step: this one creates no file (it computes and judges the ratios only).
@@ -73,8 +74,7 @@ class Logger:
         with self._writing():
             written = record_ratios(watched, before, step, self._histograms, self._spectral)
         tags = [w.tag for w in watched]
-        # the shapes the series' metadata holds (None where not fully known)
-        shapes = [layer.shape for layer in ratio_layers(tags, [w.variable for w in watched])]
+        shapes = self._shapes(watched)
         self.judgement.observe(step, tags, shapes, written.ratios, written.skipped)
         if written.matrices:
             self.judgement.observe(
@@ -82,6 +82,16 @@ class Logger:
                 [shapes[i] for i in written.matrices], written.spectral, written.skipped,
                 metadata.METRIC_SPECTRAL,
             )
+
+    def _shapes(self, watched: list) -> list:
+        """The shapes the series' metadata holds (None where not fully known), kept while
+        the same variables are watched under the same tags."""
+        key = tuple((w.tag, w.variable.ref()) for w in watched)
+        if key != self._shapes_of[0]:
+            tags = [w.tag for w in watched]
+            shapes = [layer.shape for layer in ratio_layers(tags, [w.variable for w in watched])]
+            self._shapes_of = (key, shapes)
+        return self._shapes_of[1]
 
     def line_search(self, first: int, end: int) -> int:
         """Write the line-search rows of steps first, ..., end - 1; return how many of them

@@ -10,6 +10,8 @@ callback's TensorFlow backend, `armijo` and `compat.v1`.
 - `spectral`: spectral update ratios ‖ΔW‖₂ / ‖W‖₂ in TensorFlow, warm-started per variable.
 - `batched_write`: one event for all the values of a step, written by a single op.
 - `recording`: the default writer, recording state and metadata-once bookkeeping.
+- `concrete_calls`: eager calls of a `tf.function` through the concrete function kept for
+  the same arguments (the eager `record` and snapshot of a logged step).
 - `tf_private`: every private TensorFlow API the package uses.
 
 Every module imports TensorFlow; nothing on the read side imports this package.

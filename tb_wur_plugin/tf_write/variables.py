@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tb_wur_plugin.metadata import unique_tags
 from tb_wur_plugin.tf_write import tf_private
+from tb_wur_plugin.tf_write.concrete_calls import ConcreteCalls
 
 
 class WatchedVariable(NamedTuple):
@@ -105,8 +106,22 @@ _ASYNCHRONOUS_STRATEGIES = (
 
 
 def snapshot(watched: Sequence[WatchedVariable]) -> list[tf.Tensor]:
-    """The current values of the watched variables (copied only when later overwritten)."""
-    return [w.variable.value() for w in watched]
+    """The current values of the watched variables (copied only when later overwritten).
+
+    Eagerly, the variables of one device (not a strategy's distributed variables) are read
+    by one call of a traced function (`ConcreteCalls`), not one eager read each."""
+    variables = [w.variable for w in watched]
+    if (not tf.executing_eagerly() or len(variables) < 2
+            or any(isinstance(v, tf.distribute.DistributedValues) for v in variables)):
+        return [v.value() for v in variables]
+    return _read_values_calls((), variables, variables)
+
+
+def _read_values(variables: list[tf.Variable]) -> list[tf.Tensor]:
+    return [v.value() for v in variables]
+
+
+_read_values_calls = ConcreteCalls(tf.function(_read_values))
 
 
 def tf_variable(candidate: Any, caller: str = "wur_summary.watch") -> tf.Variable:

@@ -4,9 +4,7 @@ which writes them for a snapshot taken before an update (the Keras callback's wa
 from __future__ import annotations
 
 import contextlib
-import threading
 import warnings
-import weakref
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -23,6 +21,7 @@ from tb_wur_plugin.tf_write.batched_write import (
     write_packed_ratios,
 )
 from tb_wur_plugin.tf_write.capture import captured_changes
+from tb_wur_plugin.tf_write.concrete_calls import ConcreteCalls, tensor_types
 from tb_wur_plugin.tf_write.ratios import histogram_counts, partition, update_ratios
 from tb_wur_plugin.tf_write.spectral import matrix_shape, spectral_ratios, warm_vectors
 from tb_wur_plugin.tf_write.recording import (
@@ -160,7 +159,7 @@ def record_ratios(
     if writer is None:
         vectors = warm_vectors([variables[i] for i in matrices])
         values = _ratio_values_calls(
-            (matrices, _tensor_types(before), _tensor_types(changes)),
+            (matrices, tensor_types(before), tensor_types(changes)),
             variables + [v for pair in vectors for v in pair],
             variables, list(before), changes, matrices=matrices, vectors=vectors,
         )
@@ -210,7 +209,7 @@ def _record(
     if tf.executing_eagerly():
         include = tuple(tf.constant(flags) for flags in include)  # one trace for all
         written, values = _write_ratios_calls(
-            (tags, histograms, matrices, _tensor_types(before), _tensor_types(changes),
+            (tags, histograms, matrices, tensor_types(before), tensor_types(changes),
              tuple(tuple(flags.shape) for flags in include)),
             variables + [v for pair in vectors for v in pair],
             tags, variables, list(before), _read_step(step), histograms, writer, changes,
@@ -469,58 +468,13 @@ def _spectral_values(
     ))
 
 
-class _ConcreteCalls:
-    """Eager calls of a `tf.function` of many arguments, each through the concrete function
-    found for the same arguments before. `tf.function`'s own dispatch works out the type
-    of every argument at every call, a cost that grows with their number (hundreds: a
-    model's variables, their snapshots, their tags), and dominates a logged step of a
-    small model; calling the concrete function only converts its tensors.
-
-    The caller names what selects the concrete function: `key`, hashable, made of the
-    Python arguments and the tensors' dtypes and shapes, and `held`, the variables among
-    the arguments. Variables are arguments of the traced function, not captured by it; a
-    concrete function is kept for the variables themselves (which fixes their shapes,
-    dtypes and aliasing, the rest of what selects it) by identity, held weakly (a kept
-    function keeps no model alive) and checked at each call (a freed variable's id taken
-    by another one is not mistaken for it). The most recent few are kept.
-    """
-
-    _KEPT = 8
-
-    def __init__(self, function: Any):
-        self._function = function
-        self._kept: dict[tuple, tuple[list[weakref.ref], Any]] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, key: tuple, held: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
-        """`function(*args, **kwargs)`, through a kept concrete function where there is one
-        for `key` and `held`."""
-        key = (key, tuple(map(id, held)))
-        with self._lock:
-            kept = self._kept.get(key)
-        if kept is not None and all(ref() is value for ref, value in zip(kept[0], held)):
-            return kept[1](*args, **kwargs)
-        concrete = self._function.get_concrete_function(*args, **kwargs)
-        with self._lock:
-            self._kept.pop(key, None)
-            self._kept[key] = ([weakref.ref(value) for value in held], concrete)
-            while len(self._kept) > self._KEPT:
-                del self._kept[next(iter(self._kept))]
-        return concrete(*args, **kwargs)
-
-
-def _tensor_types(tensors: Sequence[tf.Tensor | None]) -> tuple:
-    """The dtype and shape of each of `tensors` (None for None), for `_ConcreteCalls`."""
-    return tuple(None if t is None else (t.dtype, tuple(t.shape)) for t in tensors)
-
-
 # The writer is an argument, not captured: one trace serves every writer (a new writer per
 # `model.fit` call does not retrace); so are the flags saying whether this writer still
 # needs the tags' metadata (boolean tensors: one trace for the first write and the others).
 _write_ratios_traced = tf.function(_write_ratios, reduce_retracing=True)
 _ratio_values_traced = tf.function(_ratio_values, reduce_retracing=True)
-_write_ratios_calls = _ConcreteCalls(_write_ratios_traced)
-_ratio_values_calls = _ConcreteCalls(_ratio_values_traced)
+_write_ratios_calls = ConcreteCalls(_write_ratios_traced)
+_ratio_values_calls = ConcreteCalls(_ratio_values_traced)
 
 
 def _read_step(step: Any) -> tf.Tensor:
