@@ -342,3 +342,37 @@ def test_gzip_in_threads_is_one_member_any_reader_reads(monkeypatch, size):
     assert reader.decompress(payload) == data and reader.eof and not reader.unused_data
     assert subprocess.run(["gzip", "-dc"], input=payload, capture_output=True,
                           check=True).stdout == data
+
+
+def test_a_matrix_classes_are_computed_once_by_concurrent_readers(monkeypatch):
+    """Readers that ask for a matrix's classes at once wait for one computation and get the
+    same array; another matrix's are computed meanwhile, by its own lock."""
+    import threading
+
+    rng = np.random.default_rng(3)
+    values = rng.choice(np.array([1e-3, 0.0, np.inf, np.nan, -1.0], np.float32), (40, 300))
+    matrices = [heatmap.RunMatrix(tuple(f"l{i}" for i in range(40)), np.arange(300), values,
+                                  rng.random(values.shape) < 0.9) for _ in range(2)]
+    calls, start = [], threading.Barrier(5)
+    cell_classes = heatmap.cell_classes
+
+    def counted(v, present):
+        calls.append(threading.get_ident())
+        return cell_classes(v, present)
+
+    monkeypatch.setattr(heatmap, "cell_classes", counted)
+    got = [None] * 5
+
+    def read(k):
+        start.wait()
+        got[k] = matrices[0 if k < 4 else 1].classes
+
+    readers = [threading.Thread(target=read, args=(k,)) for k in range(5)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=60)
+    assert all(g is got[0] for g in got[:4]) and got[4] is not got[0]
+    assert len(calls) == 2 * len(list(heatmap.row_blocks(values.shape)))
+    for matrix, classes in ((matrices[0], got[0]), (matrices[1], got[4])):
+        np.testing.assert_array_equal(classes, cell_classes(matrix.values, matrix.present))
