@@ -391,6 +391,8 @@ def checked_shape(shape: Any) -> list[int]:
       TypeError: `shape` is not a sequence of integers.
       ValueError: a dimension is negative.
     """
+    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+        return list(shape)  # the usual case, without the checks' generic isinstance
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
         try:
             shape = list(shape)  # e.g. a torch.Size, a TensorShape's as_list()

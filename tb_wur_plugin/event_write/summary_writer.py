@@ -606,14 +606,19 @@ def _shapes(shapes: Mapping[str, Any] | None) -> Callable[[str], tuple[int, ...]
     if not isinstance(shapes, Mapping):
         raise TypeError(f"shapes must be a mapping {{tag: shape}}, got {shapes!r}")
 
+    checked: dict[str, tuple[int, ...] | None] = {}  # each tag's checked once
+
     def shape_of(tag: str) -> tuple[int, ...] | None:
+        if tag in checked:
+            return checked[tag]
         shape = shapes.get(tag)
-        if shape is None:
-            return None
-        try:
-            return tuple(metadata.checked_shape(shape))
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"the shape of {tag!r}: {e}") from None
+        if shape is not None:
+            try:
+                shape = tuple(metadata.checked_shape(shape))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"the shape of {tag!r}: {e}") from None
+        checked[tag] = shape
+        return shape
 
     return shape_of
 
