@@ -7,5 +7,6 @@
 - `thresholds`: the settings' defaults and the thresholds;
 - `judge`: a whole run judged (`judge_layers`, `flag_layers`, `findings`, `others_moving`);
 - `online`: the same judgement step by step, as training logs the ratios;
-- `threads`: numpy work of a large run shared by threads (the heatmap reduction uses it too).
+- `threads`: numpy work of a large run shared by threads, and `computed_once`, a cached
+  property locked per object (the heatmap reduction and its cell classes use them too).
 """

@@ -21,12 +21,13 @@ reasons.Compares, or ratios of another dtype than float32, are computed by cells
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
 import numpy as np
 
 from tb_wur_plugin.judgement import reasons as table
 from tb_wur_plugin.judgement.cells import cells_of, order_statistics
+from tb_wur_plugin.judgement.threads import computed_once
 from tb_wur_plugin.judgement.thresholds import (
     MIN_PEERS,
     OUTLIER_CONFIRM_FACTOR,
@@ -160,23 +161,6 @@ class _Peers:
 Intervals = list[tuple[np.ndarray, np.ndarray]]
 
 
-class _computed_once:
-    """`functools.cached_property` without the lock that Python 3.11's holds, one for every
-    instance of the class, while it computes: the two threads judging two blocks would
-    wait for each other's facts. A block is read by one thread only."""
-
-    def __init__(self, compute: Callable[[Any], Any]):
-        self.compute = compute
-        self.name = compute.__name__
-        self.__doc__ = compute.__doc__
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        value = instance.__dict__[self.name] = self.compute(instance)  # read from there on
-        return value
-
-
 class _Block:
     """One block's facts, each computed when first read."""
 
@@ -202,56 +186,56 @@ class _Block:
     def fact(self, name: str) -> Holds:
         return getattr(self, name)
 
-    @_computed_once
+    @computed_once
     def present(self) -> Holds:
         return True if self.all_present else self.p
 
-    @_computed_once
+    @computed_once
     def skipped(self) -> Holds:
         if not self.any_skipped:
             return False
         return _and(self.present, np.broadcast_to(self.skipped_steps[None, :], self.v.shape))
 
-    @_computed_once
+    @computed_once
     def judged(self) -> Holds:
         if not self.any_skipped:
             return self.present
         return _and(self.present, np.broadcast_to(~self.skipped_steps[None, :], self.v.shape))
 
-    @_computed_once
+    @computed_once
     def finite(self) -> Holds:
         return self.judged if self.clean else _and(self.judged, np.isfinite(self.v))
 
-    @_computed_once
+    @computed_once
     def positive(self) -> Holds:
         return self.finite if self.clean else _and(self.finite, self.v > 0)
 
-    @_computed_once
+    @computed_once
     def broken(self) -> Holds:
         with np.errstate(invalid="ignore"):
             return False if self.clean else _and(self.present, ~(self.v >= 0))
 
-    @_computed_once
+    @computed_once
     def infinite(self) -> Holds:
         return False if self.clean else _and(self.present, self.v == np.inf)
 
-    @_computed_once
+    @computed_once
     def nonfinite(self) -> Holds:
         return False if self.clean else _and(self.present, ~np.isfinite(self.v))
 
-    @_computed_once
+    @computed_once
     def below(self) -> Holds:
         return _and(self.finite, self.compare("<", self.band[0]))
 
-    @_computed_once
+    @computed_once
     def above(self) -> Holds:
         return _and(self.finite, self.compare(">", self.band[1]))
 
-    @_computed_once
+    @computed_once
     def out_of_band(self) -> Holds:
         return _or(self.below, self.above)
 
-    @_computed_once
+    @computed_once
     def moved_before(self) -> Holds:
         n_cols = self.v.shape[1]
         if (self.first_move < self.first_column).all():
@@ -261,7 +245,7 @@ class _Block:
         columns = np.arange(self.first_column, self.first_column + n_cols)
         return columns[None, :] > self.first_move[:, None]
 
-    @_computed_once
+    @computed_once
     def run_moving(self) -> Holds:
         moving = False if self.moving is None else self.moving
         n_rows, n_cols = self.v.shape
@@ -293,7 +277,7 @@ class _Block:
 
     # --- the facts by the peers' medians ---
 
-    @_computed_once
+    @computed_once
     def peers(self) -> list[tuple[np.ndarray | None, _Peers]]:
         """(rows, None: all; their _Peers) of each group judged against peers."""
         out = []

@@ -1,13 +1,15 @@
 """numpy work shared by threads: numpy's loops run outside the GIL, so the blocks of a large
 run's arrays are computed by this thread and one more at once (the judgement of a whole run,
-and the read side's heatmap reduction). Pure Python.
+and the read side's heatmap reduction); and `computed_once`, a cached property that threads
+working on different objects do not wait on. Pure Python.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import Callable, Iterable, Iterator, TypeVar
+import threading
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 # Threads that compute items at once, this one among them.
 THREADS = min(2, os.cpu_count() or 1)
@@ -43,3 +45,37 @@ def in_threads(func: Callable[[_Item], _Result], items: Iterable[_Item]) -> Iter
             yield func(items[i])
             for other in others:
                 yield other.result()
+
+
+class computed_once:
+    """A property computed when first read and kept in the object's `__dict__`, as
+    `functools.cached_property`, locked per object: Python 3.11's cached_property holds one
+    lock for every object of the class while it computes, so threads reading the property of
+    different objects (two blocks of a judgement, two runs' first heatmaps) waited for each
+    other. Here a reader of the same object meanwhile waits for the one computation, and
+    readers of other objects do not. Works on frozen dataclasses (it writes `__dict__`).
+
+    Example:
+        >>> class Square:
+        ...     def __init__(self, x):
+        ...         self.x = x
+        ...     @computed_once
+        ...     def area(self):
+        ...         return self.x * self.x
+        >>> Square(3).area
+        9
+    """
+
+    def __init__(self, compute: Callable[[Any], Any]):
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        kept = instance.__dict__  # once set there, it is read without this descriptor
+        with kept.setdefault(f"_{self.name}_lock", threading.Lock()):
+            if self.name not in kept:
+                kept[self.name] = self.compute(instance)
+        return kept[self.name]

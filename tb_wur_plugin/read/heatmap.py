@@ -26,11 +26,10 @@ makes mean_log10, max and min NaN: a broken step is never averaged away):
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
 
-from tb_wur_plugin.judgement.threads import in_threads
+from tb_wur_plugin.judgement.threads import computed_once, in_threads
 
 REDUCTIONS = ("mean_log10", "max", "min", "last")
 
@@ -49,8 +48,6 @@ class RunMatrix:
     present: np.ndarray  # bool[L, S]
     # bool[S]: steps the optimizer skipped (the skipped-step marker was 1); None: none
     skipped: np.ndarray | None = None
-    _classes_lock: threading.Lock = dataclasses.field(
-        default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @classmethod
     def from_series(
@@ -94,21 +91,13 @@ class RunMatrix:
         """bool[S]: `skipped`, all False when None."""
         return self.skipped if self.skipped is not None else np.zeros(len(self.steps), bool)
 
-    @property
+    @computed_once
     def classes(self) -> np.ndarray:
         """int8[L, S]: MISSING, POSITIVE (finite > 0), ZERO, INF or BROKEN (NaN, negative);
-        computed on first use, once (a reader that comes meanwhile waits for it). The lock is
-        this matrix's own: two runs' classes are computed at once (a
-        `functools.cached_property` holds one lock for every instance in Python 3.11)."""
-        classes = self.__dict__.get("_classes")
-        if classes is None:
-            with self._classes_lock:
-                classes = self.__dict__.get("_classes")
-                if classes is None:
-                    classes = np.empty(self.values.shape, np.int8)
-                    for rows in row_blocks(self.values.shape):
-                        classes[rows] = cell_classes(self.values[rows], self.present[rows])
-                    object.__setattr__(self, "_classes", classes)  # (a frozen dataclass)
+        computed on first use, once (two runs' at once)."""
+        classes = np.empty(self.values.shape, np.int8)
+        for rows in row_blocks(self.values.shape):
+            classes[rows] = cell_classes(self.values[rows], self.present[rows])
         return classes
 
     @property

@@ -376,3 +376,33 @@ def test_a_matrix_classes_are_computed_once_by_concurrent_readers(monkeypatch):
     assert len(calls) == 2 * len(list(heatmap.row_blocks(values.shape)))
     for matrix, classes in ((matrices[0], got[0]), (matrices[1], got[4])):
         np.testing.assert_array_equal(classes, cell_classes(matrix.values, matrix.present))
+
+
+def test_computed_once_lets_two_objects_compute_at_once():
+    """`threads.computed_once`: one object's computation waits for the other's to begin,
+    which a lock shared by every object (Python 3.11's cached_property) would never let
+    happen; a second reader of the same object gets the one value."""
+    import threading
+
+    began = {name: threading.Event() for name in "ab"}
+
+    class Waits:
+        def __init__(self, name, other):
+            self.name, self.other, self.computed = name, other, 0
+
+        @threads.computed_once
+        def value(self):
+            self.computed += 1
+            began[self.name].set()
+            assert began[self.other].wait(timeout=10), "the other object's computation waited"
+            return self.name * 2
+
+    a, b = Waits("a", "b"), Waits("b", "a")
+    got = {}
+    readers = [threading.Thread(target=lambda o=o, k=k: got.__setitem__(k, o.value))
+               for k, o in ((0, a), (1, b), (2, a))]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=30)
+    assert got == {0: "aa", 1: "bb", 2: "aa"} and a.computed == b.computed == 1
