@@ -84,6 +84,35 @@ def test_the_facts_of_a_block_are_their_definitions(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
+def test_a_column_alone_has_the_facts_it_has_in_its_block(seed):
+    """A block of one step (the judgement while training takes its medians in a path of its
+    own) gives each cell's facts bit for bit as the same step inside a wider block, with
+    groups of up to 1,100 layers (columns sorted in one part and in two)."""
+    rng = np.random.default_rng(seed)
+    blocks = [_block(rng) for _ in range(8)]
+    for n_rows in (300, 700, 1100):
+        values = (10.0 ** rng.normal(-3, 1.5, (n_rows, 3))).astype(np.float32)
+        special = rng.random(values.shape) < 0.2
+        values[special] = rng.choice([0.0, np.nan, np.inf, 1e-3], special.sum())
+        values[:, 1] = values[0, 1]  # one column of ties
+        present = rng.random(values.shape) < 0.9
+        values[~present] = np.nan
+        groups = [list(range(0, n_rows, 2)), list(range(1, n_rows, 2))]
+        blocks.append((values, present, np.array([False, True, False]), groups,
+                       rng.random(values.shape) < 0.5))
+    for values, present, skipped, group_rows, moved_before in blocks:
+        whole = cells_module.cells_of(values, present, skipped, group_rows, DEFAULT_BAND,
+                                      moved_before)
+        for j in range(values.shape[1]):
+            alone = cells_module.cells_of(values[:, j:j + 1], present[:, j:j + 1],
+                                          skipped[j:j + 1], group_rows, DEFAULT_BAND,
+                                          moved_before[:, j:j + 1])
+            for fact in ("gap", "peers_ok", "confirmed", "run_moving", "judged"):
+                np.testing.assert_array_equal(getattr(alone, fact), getattr(whole, fact)[:, j:j + 1],
+                                              err_msg=fact)
+
+
+@pytest.mark.parametrize("seed", range(20))
 def test_a_layers_median_and_last_are_their_definitions(seed):
     """judge_layers' median: np.median of the float64 finite ratios of judged steps; last:
     the ratio at the last logged step (the matrix holds float32)."""
