@@ -1,6 +1,8 @@
 """Two runs whose steps are not written in order, for the routes' tests (in-process and
 through the real `tensorboard`)."""
 
+import time
+
 import tensorflow as tf
 
 from tb_wur_plugin import wur_summary
@@ -15,6 +17,12 @@ def write_out_of_order_runs(logdir: str) -> None:
             wur_summary.scalar("net/w", 1e-3 * (1 + step), step=step)
     writer.close()
     for steps, value in ((range(0, 8), 1e-3), (range(4, 12), 2e-3)):
+        # the restart's file in a later second: TensorBoard reads a run's files in the order
+        # of their names, whose time is in whole seconds, then a per-process counter compared
+        # as text (a 10th writer's file sorts before a 9th's of the same second)
+        started = int(time.time())
+        while int(time.time()) == started:
+            time.sleep(0.05)
         writer = tf.summary.create_file_writer(f"{logdir}/restarted")
         with writer.as_default():
             for step in steps:
