@@ -30,7 +30,8 @@ def update_ratios(
     sums in float64, and a sum that may have overflowed or underflowed is taken again
     scaled (log Σx² = 2 log m + log Σ(x/m)², m = max|x|). Tensors of up to
     STACKED_MAX_ELEMENTS elements that share a shape and dtype are stacked and reduced
-    together; larger ones one after the other, so that one Δw is held at a time (an `after`
+    together, at most STACK_ELEMENTS elements to a stack (see `partition`); larger ones one
+    after the other, so that one Δw is held at a time (an `after`
     that is a variable is read only then).
 
     Args:
@@ -77,6 +78,7 @@ def update_ratios(
 
 
 STACKED_MAX_ELEMENTS = 1 << 16
+STACK_ELEMENTS = 1 << 15
 CHUNK_ELEMENTS = 1 << 20
 
 # Below this a float32 sum of squares may have lost precision to underflow.
@@ -98,16 +100,26 @@ def _read(value: tf.Tensor | tf.Variable) -> tf.Tensor:
 
 def partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]]:
     """The indices of the tensors of up to STACKED_MAX_ELEMENTS elements, grouped by shape
-    and dtype (the stacks `update_ratios` reduces together), and the indices of the larger
-    ones."""
-    stacks: dict[tuple, list[int]] = {}
+    and dtype into stacks of at most STACK_ELEMENTS elements (one tensor where it alone
+    holds more), in their order: the stacks `update_ratios` reduces together; and the
+    indices of the larger tensors.
+
+    A stack's reduction waits for all its members, and its float64 temporaries (20 bytes an
+    element, stack and squares) stay within a core's second-level cache; so a stack of
+    the last layers' changes is summed while the first layers' updates are still running.
+    """
+    groups: dict[tuple, list[int]] = {}
     large = []
     for index, tensor in enumerate(tensors):
         if _size(tensor) <= STACKED_MAX_ELEMENTS:
-            stacks.setdefault((tuple(tensor.shape.as_list()), tensor.dtype), []).append(index)
+            groups.setdefault((tuple(tensor.shape.as_list()), tensor.dtype), []).append(index)
         else:
             large.append(index)
-    return list(stacks.values()), large
+    stacks = []
+    for members in groups.values():
+        per_stack = max(1, STACK_ELEMENTS // max(1, int(_size(tensors[members[0]]))))
+        stacks.extend(members[i:i + per_stack] for i in range(0, len(members), per_stack))
+    return stacks, large
 
 
 def _log_sum_of_squares(x: tf.Tensor, axes: list[int] | None, scaled: bool) -> tf.Tensor:

@@ -171,6 +171,30 @@ def test_update_ratios_keep_order_across_stacks_dtypes_and_large_variables():
     np.testing.assert_allclose(got.numpy(), expected, rtol=3e-7)
 
 
+def test_many_variables_of_one_shape_make_bounded_stacks_in_order():
+    """100 kernels of 64 × 64 (M3's): stacks of at most STACK_ELEMENTS elements, in the
+    variables' order, each ratio its own; a variable larger than a stack alone."""
+    rng = np.random.default_rng(5)
+    shapes = [(64, 64)] * 100 + [(64,)] * 100 + [(200, 300)] * 3
+    before = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    after = [b + (rng.normal(size=b.shape) * 1e-3).astype(np.float32) for b in before]
+    stacks, large = ratios.partition([tf.constant(b) for b in before])
+    assert stacks[:3] == [list(range(0, 8)), list(range(8, 16)), list(range(16, 24))]
+    assert stacks[12] == [96, 97, 98, 99] and stacks[13] == list(range(100, 200))
+    assert stacks[14:] == [[200], [201], [202]] and large == []
+    assert all(len(stack) * before[stack[0]].size <= ratios.STACK_ELEMENTS
+               for stack in stacks if len(stack) > 1)
+    got = ratios.update_ratios([tf.constant(b) for b in before], [tf.constant(a) for a in after])
+    expected = [reference_ratio(b, a) for b, a in zip(before, after)]
+    np.testing.assert_allclose(got.numpy(), expected, rtol=3e-7)
+    counts = ratios.histogram_counts(
+        [tf.constant(b) for b in before], [tf.constant(a) for a in after]
+    ).numpy()
+    for b, a, got in zip(before, after, counts):
+        want = reference_buckets(np.abs(a.astype(np.float64) - b) / np.abs(b))
+        assert got.sum() == b.size and np.abs(got - want).sum() <= 2
+
+
 @pytest.mark.parametrize("chunk", [1 << 20, 999], ids=["one-chunk", "chunks"])
 def test_histogram_counts_keep_order_across_stacks_and_large_variables(monkeypatch, chunk):
     monkeypatch.setattr(ratios, "CHUNK_ELEMENTS", chunk)
