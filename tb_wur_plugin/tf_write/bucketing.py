@@ -20,10 +20,10 @@ def bucket_counts(ratios: tf.Tensor) -> tf.Tensor:
 def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
     """`bucket_counts` of each row of `ratios` (shape [k, ...]): int64[k, NUM_BUCKETS].
 
-    Each value's bucket is computed by `_bucket_ids`, one program compiled by XLA, which
-    reads every value once; then one bincount. The values are padded to a power of two
-    (at least MIN_PADDED_LENGTH), so that XLA compiles one program per power of two and
-    dtype. At most MAX_VALUES values per call.
+    Each value's bucket is computed by `_bucket_ids` and counted in one program compiled
+    by XLA (`_counted_bucket_ids`), which reads every value once. The values are padded to
+    a power of two (at least MIN_PADDED_LENGTH), so that XLA compiles one program per
+    power of two, number of rows and dtype. At most MAX_VALUES values per call.
     """
     values = ratios
     if values.dtype not in (tf.float32, tf.float64):
@@ -41,10 +41,8 @@ def bucket_counts_by_row(ratios: tf.Tensor) -> tf.Tensor:
     row_length = tf.maximum(size // tf.maximum(rows, 1), 1)
     padded = tf.pad(bits, [[0, _padded_length(size) - size]])
     total = rows * metadata.NUM_BUCKETS
-    ids = _bucket_ids(padded, size, row_length, total)
-    # (tf.math.bincount would first take the maximum of the ids: one more pass)
-    counts = tf.raw_ops.DenseBincount(input=ids, size=total, weights=tf.constant([], tf.int64))
-    counts = tf.reshape(counts, [rows, metadata.NUM_BUCKETS])
+    counts = tf.reshape(_counted_bucket_ids(padded, size, row_length, total),
+                        [rows, metadata.NUM_BUCKETS])
     counts.set_shape([ratios.shape[0], metadata.NUM_BUCKETS])
     return counts
 
@@ -62,12 +60,21 @@ def _padded_length(size: tf.Tensor) -> tf.Tensor:
 
 
 @tf.function(jit_compile=True, autograph=False)
+def _counted_bucket_ids(
+    bits: tf.Tensor, size: tf.Tensor, row_length: tf.Tensor, total: tf.Tensor
+) -> tf.Tensor:
+    """int64[total]: how many of the values (given as their float32 or float64 bits) have
+    each id of `_bucket_ids` (the padding's id, `total`, not counted)."""
+    ids = _bucket_ids(bits, size, row_length, total)
+    return tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.int64), ids, total + 1)[:-1]
+
+
 def _bucket_ids(
     bits: tf.Tensor, size: tf.Tensor, row_length: tf.Tensor, total: tf.Tensor
 ) -> tf.Tensor:
     """int32 per value (given as its float32 or float64 bits): its bucket + NUM_BUCKETS ·
-    (its index // row_length), its row's first bucket in one bincount of all rows; `total`,
-    which that bincount ignores, for the padding (indices ≥ `size`).
+    (its index // row_length), its row's first bucket in one count of all rows; `total` for
+    the padding (indices ≥ `size`).
 
     A value x > 0 lies in bin floor(t), t = BINS_PER_DECADE · (log10 x − LOG10_MIN), log10
     taken in the data's precision (at least float32), then moved by one where a comparison
