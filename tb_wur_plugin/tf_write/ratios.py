@@ -31,8 +31,8 @@ def update_ratios(
     scaled (log Σx² = 2 log m + log Σ(x/m)², m = max|x|). Tensors of up to
     STACKED_MAX_ELEMENTS elements that share a shape and dtype are stacked and reduced
     together, at most STACK_ELEMENTS elements to a stack (see `partition`); larger ones one
-    after the other, so that one Δw is held at a time (an `after`
-    that is a variable is read only then).
+    after the other, so that one Δw is held at a time (an `after` that is a variable is read
+    only then).
 
     Args:
       before: the values before the update.
@@ -104,9 +104,10 @@ def partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]]
     holds more), in their order: the stacks `update_ratios` reduces together; and the
     indices of the larger tensors.
 
-    A stack's reduction waits for all its members, and its float64 temporaries (20 bytes an
-    element, stack and squares) stay within a core's second-level cache; so a stack of
-    the last layers' changes is summed while the first layers' updates are still running.
+    A stack's reduction waits for all its members: small stacks of the last layers' changes
+    are summed while the first layers' updates still run, and a stack's temporaries (its
+    float32 values and float64 squares, 20 bytes an element: 640 KB) fit a core's
+    second-level cache of 1 MB.
     """
     groups: dict[tuple, list[int]] = {}
     large = []
