@@ -138,3 +138,9 @@ def test_keras_fit_hooks_benchmark_smoke():
     assert "no-op hooks (again)" in out and "callback(update_freq=100)" in out
     out = _run("keras_fit_hooks.py", "--probe")
     assert "traces" in out and "on_train_begin" in out and "on_train_end" in out
+
+
+def test_jax_steps_benchmark_smoke():
+    out = _run("jax_steps.py")
+    for line in ("MLP:", "P200:", "updates returned, other step", "logged step, histograms"):
+        assert line in out
