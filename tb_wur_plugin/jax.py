@@ -51,9 +51,10 @@ def update_ratios(params: Any, updates: Any) -> dict[str, float]:
     """‖u‖₂ / ‖p‖₂ of each leaf of `params` and the optax update `u` of it that
     `optax.apply_updates(params, updates)` applies: the weight-update ratio of the step.
 
-    One jitted function computes every leaf's norms on the leaves' device, each as
-    max|x| · ‖x / max|x|‖₂ (no overflow, no underflow; float32 for 16-bit and float32
-    leaves, float64 for float64 ones), then the ratios are formed in float64 on the host:
+    One jitted function computes every leaf's norms on the leaves' device, each from its
+    sum of squares, taken again as max|x| · ‖x / max|x|‖₂ where it may have overflowed or
+    underflowed (float32 for 16-bit and float32 leaves, float64 for float64 ones;
+    `arrays.jax_math.norm_parts`), then the ratios are formed in float64 on the host:
     `+inf` when ‖p‖ = 0 < ‖u‖, 0 when ‖u‖ = 0, NaN when either is not finite. Leaves that
     are not floating-point (integer counters) are left out.
 

@@ -1,6 +1,7 @@
 """The array math of JAX arrays that `tb_wur_plugin.jax` and the Keras JAX backend share:
-ratios from scaled norms (no overflow, no underflow) and histogram bucketing on the protocol's
-edges, on the arrays' devices, jitted. Imports no TensorFlow module."""
+ratios from norms that neither overflow nor underflow (`norm_parts`) and histogram
+bucketing on the protocol's edges, on the arrays' devices, jitted. Imports no TensorFlow
+module."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+
 
 def ratios(p_leaves: list, u_leaves: list) -> np.ndarray:
     tops, sums = jax.device_get(norm_parts(p_leaves, u_leaves))
@@ -34,11 +36,36 @@ def scaled_norm_parts(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return top, jnp.sum(jnp.square(magnitude / scale))
 
 
+# Below this a sum of squares may have lost precision to underflow (in float32: squares
+# below 1.2e-38 are flushed or subnormal).
+_SMALLEST_SAFE_SUM = 1e-30
+
+# Leaves above this many elements take one pass first (`norm_parts_of`); smaller ones the
+# two of `scaled_norm_parts`, cheaper there than a conditional each.
+ONE_PASS_MIN_ELEMENTS = 1 << 16
+
+
+def norm_parts_of(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(1, Σx²) from one pass over x where that sum is finite and above
+    _SMALLEST_SAFE_SUM (no square overflowed, none that counts underflowed), else
+    `scaled_norm_parts(x)` (two passes): ‖x‖ = first · √second either way."""
+    x = work(x)
+    plain = jnp.sum(jnp.square(x))
+    return jax.lax.cond(
+        jnp.isfinite(plain) & (plain > _SMALLEST_SAFE_SUM),
+        lambda x: (jnp.ones((), x.dtype), plain),
+        scaled_norm_parts,
+        x,
+    )
+
+
 @jax.jit
 def norm_parts(p_leaves: list, u_leaves: list) -> tuple[jax.Array, jax.Array]:
-    """[2, n] maxima and [2, n] scaled sums of squares: row 0 of the params, row 1 of the
-    updates."""
-    parts = [[scaled_norm_parts(x) for x in leaves] for leaves in (p_leaves, u_leaves)]
+    """[2, n] factors and [2, n] sums, ‖x‖ = factor · √sum: row 0 of the params, row 1 of
+    the updates (`norm_parts_of` for leaves above ONE_PASS_MIN_ELEMENTS elements, else
+    `scaled_norm_parts`)."""
+    parts = [[norm_parts_of(x) if x.size > ONE_PASS_MIN_ELEMENTS else scaled_norm_parts(x)
+              for x in leaves] for leaves in (p_leaves, u_leaves)]
     dtype = jnp.result_type(*[top for row in parts for top, _ in row])
     tops = jnp.stack([jnp.stack([top.astype(dtype) for top, _ in row]) for row in parts])
     sums = jnp.stack([jnp.stack([s.astype(dtype) for _, s in row]) for row in parts])

@@ -157,6 +157,25 @@ def test_conventions():
     assert ratios["tiny"] == pytest.approx(1e-3, rel=1e-6)
 
 
+def test_large_leaves_of_any_magnitude():
+    """Leaves above ONE_PASS_MIN_ELEMENTS take one pass first; where that sum overflowed,
+    underflowed or is not finite, the scaled sums give the conventions of small leaves."""
+    from tb_wur_plugin.arrays import jax_math
+
+    n = jax_math.ONE_PASS_MIN_ELEMENTS + 1
+    params = {"huge": jnp.full(n, 1e30), "tiny": jnp.full(n, 1e-30), "zero_moved": jnp.zeros(n),
+              "zero_still": jnp.zeros(n), "nan": jnp.ones(n).at[7].set(jnp.nan),
+              "plain": jnp.full(n, 2.0), "sub_safe": jnp.full(n, 1e-17)}
+    updates = {"huge": jnp.full(n, 1e27), "tiny": jnp.full(n, 1e-33), "zero_moved": jnp.ones(n),
+               "zero_still": jnp.zeros(n), "nan": jnp.ones(n), "plain": jnp.full(n, 2e-3),
+               "sub_safe": jnp.full(n, 1e-20)}
+    ratios = update_ratios(params, updates)
+    for tag in ("huge", "tiny", "plain", "sub_safe"):
+        assert ratios[tag] == pytest.approx(1e-3, rel=1e-6), tag
+    assert ratios["zero_moved"] == math.inf and ratios["zero_still"] == 0.0
+    assert math.isnan(ratios["nan"])
+
+
 def test_a_large_leaf_matches_float64():
     rng = np.random.default_rng(0)
     p = rng.normal(size=(1000, 1000)).astype(np.float32) + 3
