@@ -176,6 +176,27 @@ def test_large_leaves_of_any_magnitude():
     assert math.isnan(ratios["nan"])
 
 
+def test_histogram_buckets_at_and_next_to_every_edge():
+    """The jitted bucketing puts every value where the numpy reference's comparisons with the
+    edges put it: each edge, its float32 neighbours, values within 1e-6 of it, and the
+    special values (±0, subnormals, +inf, NaN, negatives, below and above the edges)."""
+    from tb_wur_plugin.arrays import jax_math
+
+    edges = metadata.HISTOGRAM_EDGES.astype(np.float32)
+    tiny = np.float32(1e-45)  # subnormal
+    values = np.concatenate([
+        edges, np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(np.inf)),
+        edges * np.float32(1 + 1e-6), edges * np.float32(1 - 1e-6),
+        [0.0, -0.0, tiny, np.inf, np.nan, -1.0, 1e-30, 1e30, np.finfo(np.float32).max],
+    ]).astype(np.float32)
+    got = np.asarray(jax.jit(jax_math.bucket_counts)(jnp.asarray(values)))
+    np.testing.assert_array_equal(got, numpy_math.bucket_counts(values))
+    for value in values:  # one at a time: each lands in its own bucket
+        one = np.asarray(jax.jit(jax_math.bucket_counts)(jnp.asarray([value])))
+        np.testing.assert_array_equal(one, numpy_math.bucket_counts(np.asarray([value])),
+                                      err_msg=repr(value))
+
+
 def test_a_large_leaf_matches_float64():
     rng = np.random.default_rng(0)
     p = rng.normal(size=(1000, 1000)).astype(np.float32) + 3
