@@ -22,6 +22,7 @@ No TensorFlow is imported.
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 from typing import Any
 
@@ -287,21 +288,52 @@ def _unique(paths: list[str]) -> list[str]:
 
 def _flattened(params: Any, updates: Any):
     """The tags, the floating-point leaves of params and updates, and each one's (shape,
-    dtype name)."""
-    with_paths, params_def = jax.tree_util.tree_flatten_with_path(params)
+    dtype name); what depends only on the structure, shapes and dtypes is worked out once
+    per such signature (`_kept_leaves`)."""
+    p_leaves, params_def = jax.tree_util.tree_flatten(params)
     u_leaves, updates_def = jax.tree_util.tree_flatten(updates)
     if params_def != updates_def:
         raise ValueError(
             f"params and updates must have the same structure, got {params_def} and "
             f"{updates_def}"
         )
-    tags = _unique([_path_tag(path) for path, _ in with_paths])
-    kept_tags, kept_p, kept_u, about = [], [], [], []
-    for tag, (_, p), u in zip(tags, with_paths, u_leaves):
-        p_shape, u_shape = np.shape(p), np.shape(u)
-        if p_shape != u_shape:
-            raise ValueError(f"the update of {tag!r} has shape {u_shape}, the leaf {p_shape}")
-        dtype = jnp.result_type(p)
+    leaves = tuple((np.shape(p), _dtype_of(p)) for p in p_leaves)
+    tags, indices, about = _kept_leaves(params, params_def, leaves)
+    for tag, (shape, _), u in zip(tags, leaves, u_leaves):
+        if np.shape(u) != shape:
+            raise ValueError(f"the update of {tag!r} has shape {np.shape(u)}, the leaf {shape}")
+    return ([tags[i] for i in indices],
+            ([p_leaves[i] for i in indices], [u_leaves[i] for i in indices]), list(about))
+
+
+def _dtype_of(leaf: Any) -> np.dtype:
+    dtype = getattr(leaf, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.dtype(jnp.result_type(leaf))
+
+
+# The `_kept_leaves` of the latest few (structure, leaves' shapes and dtypes) signatures.
+_KEPT_LEAVES: dict = {}
+_KEPT_LEAVES_SIZE = 8
+_KEPT_LEAVES_LOCK = threading.Lock()
+
+
+def _kept_leaves(params: Any, treedef: Any, leaves: tuple) -> tuple[tuple, tuple, tuple]:
+    """The tags of all the leaves of `params` (of structure `treedef`, its leaves of the
+    (shape, dtype) of `leaves`), the indices of its floating-point ones and their (shape,
+    dtype name); kept for the next calls with the same signature.
+
+    Raises:
+      ValueError: a floating-point leaf's tag is in the plugin's reserved namespace.
+    """
+    signature = (treedef, leaves)
+    with _KEPT_LEAVES_LOCK:
+        kept = _KEPT_LEAVES.get(signature)
+    if kept is not None:
+        return kept
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    tags = _unique([_path_tag(path) for path in paths])
+    indices, about = [], []
+    for index, (tag, (shape, dtype)) in enumerate(zip(tags, leaves)):
         if not jnp.issubdtype(dtype, jnp.inexact):
             continue
         if metadata.is_reserved_tag(tag):
@@ -309,22 +341,11 @@ def _flattened(params: Any, updates: Any):
                 f"the leaf at {tag!r} is in the namespace {metadata.RESERVED_TAG_PREFIX!r} "
                 "reserved for the plugin's own series; rename its key"
             )
-        kept_tags.append(tag)
-        kept_p.append(p)
-        kept_u.append(u)
-        about.append((p_shape, np.dtype(dtype).name))
-    return kept_tags, (kept_p, kept_u), about
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+        indices.append(index)
+        about.append((shape, dtype.name))
+    kept = (tuple(tags), tuple(indices), tuple(about))
+    with _KEPT_LEAVES_LOCK:
+        if len(_KEPT_LEAVES) >= _KEPT_LEAVES_SIZE:
+            del _KEPT_LEAVES[next(iter(_KEPT_LEAVES))]
+        _KEPT_LEAVES[signature] = kept
+    return kept

@@ -236,6 +236,22 @@ def test_bad_arguments(tmp_path):
             assert log_update_ratios(writer, params, params, 1, every=2) is False
 
 
+def test_the_same_structure_with_other_leaves_is_worked_out_again():
+    """What a structure's leaves give (tags, which are floating-point, their shapes) is
+    kept per structure, shapes and dtypes: a leaf that changes dtype or shape is seen."""
+    p = {"a": jnp.ones(2), "b": jnp.array([1, 2])}
+    assert list(update_ratios(p, {"a": jnp.ones(2), "b": jnp.array([0, 0])})) == ["a"]
+    p = {"a": jnp.ones(2), "b": jnp.array([1.0, 2.0])}  # b now floating-point
+    assert list(update_ratios(p, {"a": jnp.ones(2), "b": jnp.ones(2)})) == ["a", "b"]
+    with pytest.raises(ValueError, match="the update of 'b' has shape"):
+        update_ratios(p, {"a": jnp.ones(2), "b": jnp.ones(3)})
+    p = {"a": jnp.ones(3), "b": jnp.array([1.0, 2.0])}  # a's shape changed
+    assert update_ratios(p, {"a": jnp.ones(3), "b": jnp.ones(2)})["a"] == pytest.approx(1.0)
+    for _ in range(2):  # refused each time, not only when first seen
+        with pytest.raises(ValueError, match="reserved"):
+            update_ratios({"_wur": {"x": jnp.ones(2)}}, {"_wur": {"x": jnp.ones(2)}})
+
+
 def test_writer_none_on_process_zero_is_refused():
     # writer=None is for the other processes of a multi-process run (tests/frameworks/test_jax_multiprocess.py)
     with pytest.raises(ValueError, match="process 0"):
