@@ -16,6 +16,9 @@ Variants (each with its own parameters and optimizer state, same initial values)
                         each step): the norms of parameters and updates (one jitted call),
                         the ratios on the host, the event write and the judgement
   + histograms          the same with `histograms=True`
+  static flag           the pattern of docs/frameworks.md: one step function jitted with a
+                        static `logged` argument, which returns the updates only when True
+                        (two programs); other steps (every=10**9) and logged ones (every=1)
 
 Workloads (float32, CPU unless JAX_PLATFORMS says otherwise):
   MLP   784-1024-1024-10, batch 128 (6 leaves, 1.9 M weights), as torch_watch.py's MLP
@@ -28,6 +31,7 @@ Workloads (float32, CPU unless JAX_PLATFORMS says otherwise):
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import random
 import statistics
@@ -80,24 +84,42 @@ def make_steps(optimizer):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, updates
 
-    return bare_step, step_with_updates
+    @functools.partial(jax.jit, static_argnames="logged")
+    def flagged_step(params, opt_state, x, y, logged=False):
+        grads = jax.grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        return (new_params, opt_state, updates) if logged else (new_params, opt_state)
+
+    return bare_step, step_with_updates, flagged_step
 
 
 class Variant:
     """One variant's training state; `step()` runs (and waits for) one training step."""
 
-    def __init__(self, params, optimizer, x, y, bare_step, step_with_updates,
-                 every=None, histograms=False, logdir=None):
+    def __init__(self, params, optimizer, x, y, step_functions, every=None, histograms=False,
+                 flagged=False, logdir=None):
         self.params, self.opt_state = params, optimizer.init(params)
         self.x, self.y = x, y
-        self.bare_step, self.step_with_updates = bare_step, step_with_updates
+        self.bare_step, self.step_with_updates, self.flagged_step = step_functions
         self.every, self.histograms, self.number = every, histograms, 0
+        self.flagged = flagged
         self.writer = SummaryWriter(tempfile.mkdtemp(dir=logdir)) if every else None
 
     def step(self):
         if self.every is None:
             self.params, self.opt_state = self.bare_step(self.params, self.opt_state,
                                                          self.x, self.y)
+        elif self.flagged:
+            if self.number % self.every:
+                self.params, self.opt_state = self.flagged_step(
+                    self.params, self.opt_state, self.x, self.y)
+            else:
+                new_params, self.opt_state, updates = self.flagged_step(
+                    self.params, self.opt_state, self.x, self.y, logged=True)
+                log_update_ratios(self.writer, self.params, updates, self.number,
+                                  every=self.every, histograms=self.histograms)
+                self.params = new_params
         else:
             new_params, self.opt_state, updates = self.step_with_updates(
                 self.params, self.opt_state, self.x, self.y)
@@ -115,11 +137,10 @@ class Variant:
 def run(name: str, rounds: int, steps: int, smoke: bool, logdir: str) -> None:
     params, x, y = make_workload(name, smoke)
     optimizer = optax.adam(1e-3)
-    bare_step, step_with_updates = make_steps(optimizer)
+    step_functions = make_steps(optimizer)
 
     def variant(**kwargs):
-        return Variant(params, optimizer, x, y, bare_step, step_with_updates, logdir=logdir,
-                       **kwargs)
+        return Variant(params, optimizer, x, y, step_functions, logdir=logdir, **kwargs)
 
     variants = {
         "bare": variant(),
@@ -127,6 +148,8 @@ def run(name: str, rounds: int, steps: int, smoke: bool, logdir: str) -> None:
         "updates returned, other step": variant(every=10**9),
         "logged step": variant(every=1),
         "logged step, histograms": variant(every=1, histograms=True),
+        "static flag, other step": variant(every=10**9, flagged=True),
+        "static flag, logged step": variant(every=1, flagged=True),
     }
     for v in variants.values():  # compile; step 0 is logged in every variant that logs
         for _ in range(2):
