@@ -40,8 +40,8 @@ def scaled_norm_parts(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 # below 1.2e-38 are flushed or subnormal).
 _SMALLEST_SAFE_SUM = 1e-30
 
-# Leaves above this many elements take one pass first (`norm_parts_of`); smaller ones the
-# two of `scaled_norm_parts`, cheaper there than a conditional each.
+# Leaves above this many elements take one pass first (`norm_parts_of`); smaller ones are
+# stacked by shape and dtype (`_stacks`), each stack's rows reduced together.
 ONE_PASS_MIN_ELEMENTS = 1 << 16
 
 
@@ -59,16 +59,51 @@ def norm_parts_of(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     )
 
 
+def _scaled_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`scaled_norm_parts` of each row of a [k, m] array."""
+    magnitude = jnp.abs(rows)
+    top = jnp.max(magnitude, axis=1, initial=0.0)
+    scale = jnp.where(top > 0, top, jnp.ones_like(top))
+    return top, jnp.sum(jnp.square(magnitude / scale[:, None]), axis=1)
+
+
+def _stacks(leaves: list) -> tuple[list[list[int]], list[int]]:
+    """The indices of the leaves of at most ONE_PASS_MIN_ELEMENTS elements, grouped by shape
+    and dtype, in order; and the indices of the larger leaves."""
+    groups: dict = {}
+    large = []
+    for index, leaf in enumerate(leaves):
+        if leaf.size > ONE_PASS_MIN_ELEMENTS:
+            large.append(index)
+        else:
+            groups.setdefault((leaf.shape, leaf.dtype), []).append(index)
+    return list(groups.values()), large
+
+
+def _stacked(leaves: list, members: list[int]) -> jax.Array:
+    """The leaves at `members` (of one shape) as the rows of a [k, m] array."""
+    size = int(np.prod(leaves[members[0]].shape, dtype=np.int64))
+    return jnp.stack([leaves[i] for i in members]).reshape(len(members), size)
+
+
 @jax.jit
 def norm_parts(p_leaves: list, u_leaves: list) -> tuple[jax.Array, jax.Array]:
     """[2, n] factors and [2, n] sums, ‖x‖ = factor · √sum: row 0 of the params, row 1 of
-    the updates (`norm_parts_of` for leaves above ONE_PASS_MIN_ELEMENTS elements, else
-    `scaled_norm_parts`)."""
-    parts = [[norm_parts_of(x) if x.size > ONE_PASS_MIN_ELEMENTS else scaled_norm_parts(x)
-              for x in leaves] for leaves in (p_leaves, u_leaves)]
-    dtype = jnp.result_type(*[top for row in parts for top, _ in row])
-    tops = jnp.stack([jnp.stack([top.astype(dtype) for top, _ in row]) for row in parts])
-    sums = jnp.stack([jnp.stack([s.astype(dtype) for _, s in row]) for row in parts])
+    the updates: `norm_parts_of` of each leaf above ONE_PASS_MIN_ELEMENTS elements,
+    `scaled_norm_parts` of each smaller one, those of a shape and dtype as one stack (two
+    reductions a stack, not two a leaf)."""
+    leaves = [work(x) for x in (*p_leaves, *u_leaves)]
+    stacks, large = _stacks(leaves)
+    parts: list = [None] * len(leaves)
+    for i in large:
+        parts[i] = norm_parts_of(leaves[i])
+    for members in stacks:
+        tops, sums = _scaled_rows(_stacked(leaves, members))
+        for row, i in enumerate(members):
+            parts[i] = (tops[row], sums[row])
+    dtype = jnp.result_type(*[top for top, _ in parts])
+    tops = jnp.stack([top.astype(dtype) for top, _ in parts]).reshape(2, -1)
+    sums = jnp.stack([total.astype(dtype) for _, total in parts]).reshape(2, -1)
     return tops, sums
 
 
