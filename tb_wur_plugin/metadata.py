@@ -466,7 +466,9 @@ def decode_histogram(stored: Any) -> np.ndarray:
 def _varints(counts: np.ndarray) -> bytes:
     """Each of `counts` (non-negative integers, any shape, in C order) as a protobuf varint."""
     c = counts.reshape(-1).astype(np.uint64)
-    k = np.arange(10, dtype=np.uint64)
+    # as many 7-bit groups as the largest count needs (at most 10 for 64 bits)
+    width = max(1, -(-int(c.max(initial=0)).bit_length() // 7))
+    k = np.arange(width, dtype=np.uint64)
     groups = (c[:, None] >> (np.uint64(7) * k)) & np.uint64(0x7F)
     length = 1 + np.sum((c[:, None] >> (np.uint64(7) * k[1:])) > 0, axis=1)
     groups |= np.where(k < (length[:, None] - 1), np.uint64(0x80), np.uint64(0))

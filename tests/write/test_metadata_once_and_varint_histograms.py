@@ -59,6 +59,21 @@ def _assert_metadata_once(path):
 
 # --- the varint histogram encoding -------------------------------------------------------
 
+def test_varints_at_every_group_boundary():
+    """Counts at and next to each 7-bit group boundary up to 2^63 - 1, alone and beside
+    small ones: each encodes to its protobuf varint length and decodes back."""
+    values = sorted({v for k in range(1, 10) for v in (2 ** (7 * k) - 1, 2 ** (7 * k))
+                     if v < 2**63} | {0, 1, 2**63 - 1})
+    for value in values:
+        counts = np.zeros(metadata.NUM_BUCKETS, np.int64)
+        counts[[0, 7, -1]] = [value, 1, value]
+        encoded = metadata.encode_histogram(counts)
+        length = max(1, -(-value.bit_length() // 7))
+        assert len(encoded) == metadata.NUM_BUCKETS - 3 + 1 + 2 * length, value
+        np.testing.assert_array_equal(
+            metadata.decode_histogram(np.frombuffer(encoded, np.uint8)), counts)
+
+
 def test_encode_decode_histogram_round_trip_and_tensorflow_encodes_the_same():
     rng = np.random.default_rng(0)
     cases = np.stack([
