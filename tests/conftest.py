@@ -67,9 +67,6 @@ COST = {  # seconds in a full parallel run (2026-12-05 06:58 UTC, pytest --durat
     "tests/project/test_benchmarks_smoke.py::"
     "test_concurrency_benchmark_smoke": 35,
     "tests/project/test_benchmarks_smoke.py::test_backend_benchmark_smoke": 35,
-    "tests/project/test_benchmarks_smoke.py::"
-    "test_keras_fit_hooks_benchmark_smoke": 16,  # 2026-12-06: 15-16 s, not listed before
-    "tests/project/test_benchmarks_smoke.py::test_keras_fit_benchmark_smoke": 15,
     "tests/write/test_killed_training.py": 30,
     "tests/browser/test_frontend.py::test_keras_callback_run_in_chromium": 30,
     "tests/frameworks/test_torch_sharded.py": 30,
