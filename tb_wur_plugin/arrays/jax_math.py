@@ -30,10 +30,9 @@ def work(x: jax.Array) -> jax.Array:
 
 def scaled_norm_parts(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """max|x| and Σ(x / max|x|)² (Σx² when max|x| = 0): ‖x‖ = max · √Σ."""
-    magnitude = jnp.abs(work(x))
-    top = jnp.max(magnitude, initial=0.0) if magnitude.size else jnp.zeros((), magnitude.dtype)
-    scale = jnp.where(top > 0, top, jnp.ones_like(top))
-    return top, jnp.sum(jnp.square(magnitude / scale))
+    x = work(x)
+    top, total = _scaled_rows(x.reshape(1, x.size))
+    return top[0], total[0]
 
 
 # Below this a sum of squares may have lost precision to underflow (in float32: squares
@@ -60,7 +59,7 @@ def norm_parts_of(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _scaled_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`scaled_norm_parts` of each row of a [k, m] array."""
+    """`scaled_norm_parts` of each row of a [k, m] array (in the work dtype)."""
     magnitude = jnp.abs(rows)
     top = jnp.max(magnitude, axis=1, initial=0.0)
     scale = jnp.where(top > 0, top, jnp.ones_like(top))
