@@ -110,18 +110,13 @@ class Variant:
         if self.every is None:
             self.params, self.opt_state = self.bare_step(self.params, self.opt_state,
                                                          self.x, self.y)
-        elif self.flagged:
-            if self.number % self.every:
-                self.params, self.opt_state = self.flagged_step(
-                    self.params, self.opt_state, self.x, self.y)
-            else:
-                new_params, self.opt_state, updates = self.flagged_step(
-                    self.params, self.opt_state, self.x, self.y, logged=True)
-                log_update_ratios(self.writer, self.params, updates, self.number,
-                                  every=self.every, histograms=self.histograms)
-                self.params = new_params
+        elif self.flagged and self.number % self.every:  # the program without updates
+            self.params, self.opt_state = self.flagged_step(self.params, self.opt_state,
+                                                            self.x, self.y)
         else:
-            new_params, self.opt_state, updates = self.step_with_updates(
+            with_updates = (functools.partial(self.flagged_step, logged=True) if self.flagged
+                            else self.step_with_updates)
+            new_params, self.opt_state, updates = with_updates(
                 self.params, self.opt_state, self.x, self.y)
             log_update_ratios(self.writer, self.params, updates, self.number,
                               every=self.every, histograms=self.histograms)
