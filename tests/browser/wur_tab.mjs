@@ -958,10 +958,13 @@ async function namesAreText(page, f, want) {
   await label.click();
   const detail = f.locator('[data-testid="wur-detail"]');
   await f.locator(`[data-testid="wur-detail"][data-run="${tagged.run}"] h3`, { hasText: "onerror" }).waitFor();
+  // its charts drawn before the next click: the opened detail scrolls into view once its data
+  // is in, and a scroll between Playwright's aim and its click would move the target away
+  await f.locator(`[data-testid="wur-detail"][data-run="${tagged.run}"] [data-testid="wur-detail-ratio"]`).waitFor();
   check(await detail.locator("h3").innerText() === XSS_TAG, `detail heading of the HTML tag: ${await detail.locator("h3").innerText()}`);
   for (const run of runsWithHtml) {
     await f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`).locator("xpath=ancestor::section").locator('[data-testid="wur-row-label"]').first().click();
-    await f.locator(`[data-testid="wur-detail"][data-run="${run}"]`).waitFor();
+    await f.locator(`[data-testid="wur-detail"][data-run="${run}"] [data-testid="wur-detail-ratio"]`).waitFor();
     const meta = await detail.locator(".wur-detail-head .wur-meta").innerText();
     check(meta === `run ${run}`, `detail of a layer of ${run} says: ${meta}`);
   }
