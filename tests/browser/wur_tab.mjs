@@ -141,10 +141,15 @@ async function waitAttrs(f, predicate, what) {
 /** Center of cell (row, col) of the heatmap of `run`, in page coordinates. */
 async function cellCenter(f, run, row, col) {
   const canvas = f.locator(`[data-testid="wur-heatmap"][data-run="${run}"]`);
-  await canvas.scrollIntoViewIfNeeded();
+  // one round trip where the heatmap is in view already (the usual case): its size, and
+  // whether all of it is in the tab's viewport
+  const seen = await canvas.evaluate((c) => {
+    const r = c.getBoundingClientRect();
+    return { rows: +c.dataset.rows, cols: +c.dataset.cols, inView: r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth };
+  });
+  if (!seen.inView) await canvas.scrollIntoViewIfNeeded();
   const box = await canvas.boundingBox();
-  const rows = +(await canvas.getAttribute("data-rows"));
-  const cols = +(await canvas.getAttribute("data-cols"));
+  const { rows, cols } = seen;
   check(box && rows && cols, `heatmap of ${run} has no size (${JSON.stringify(box)}, ${rows}x${cols})`);
   return { x: box.x + ((col + 0.5) * box.width) / cols, y: box.y + ((row + 0.5) * box.height) / rows };
 }
@@ -644,6 +649,8 @@ async function widths(page, f, want) {
  * newly asked, and the tab idle (longer than the tab's own timers: a click's 260 ms, a
  * resize's 200 ms). */
 const SETTLED_MS = 300;
+// the count of the tab's requests when it last settled (-1: never)
+let settledAt = -1;
 async function settled(page, f) {
   const deadline = Date.now() + 20000;
   let asked = wurRequests.length, quietSince = Date.now();
@@ -655,6 +662,7 @@ async function settled(page, f) {
       asked = wurRequests.length;
       quietSince = Date.now();
     } else if (Date.now() - quietSince >= SETTLED_MS) {
+      settledAt = wurRequests.length;
       return;
     }
     check(Date.now() < deadline, `the tab did not settle in 20 s (${wurOut.size} requests out)`);
@@ -663,7 +671,8 @@ async function settled(page, f) {
 
 /** The routes the tab requested while `action` ran (and until it settled), sorted. */
 async function requestsDuring(page, f, action) {
-  await settled(page, f);
+  // settled already where no request was made since it last settled
+  if (settledAt !== wurRequests.length || wurOut.size) await settled(page, f);
   const from = wurRequests.length;
   await action();
   await settled(page, f);
