@@ -11,6 +11,7 @@ import numpy as np
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
+from tb_wur_plugin.arrays.stacking import stacks_by_shape
 
 
 def ratios(p_leaves: list, u_leaves: list) -> np.ndarray:
@@ -40,7 +41,7 @@ def scaled_norm_parts(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 _SMALLEST_SAFE_SUM = 1e-30
 
 # Leaves above this many elements take one pass first (`norm_parts_of`); smaller ones are
-# stacked by shape and dtype (`_stacks`), each stack's rows reduced together.
+# stacked by shape and dtype (`stacking.stacks_by_shape`), each stack's rows reduced together.
 ONE_PASS_MIN_ELEMENTS = 1 << 16
 
 
@@ -66,19 +67,6 @@ def _scaled_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
     return top, jnp.sum(jnp.square(magnitude / scale[:, None]), axis=1)
 
 
-def _stacks(leaves: list) -> tuple[list[list[int]], list[int]]:
-    """The indices of the leaves of at most ONE_PASS_MIN_ELEMENTS elements, grouped by shape
-    and dtype, in order; and the indices of the larger leaves."""
-    groups: dict = {}
-    large = []
-    for index, leaf in enumerate(leaves):
-        if leaf.size > ONE_PASS_MIN_ELEMENTS:
-            large.append(index)
-        else:
-            groups.setdefault((leaf.shape, leaf.dtype), []).append(index)
-    return list(groups.values()), large
-
-
 def _stacked(leaves: list, members: list[int]) -> jax.Array:
     """The leaves at `members` (of one shape) as the rows of a [k, m] array."""
     size = int(np.prod(leaves[members[0]].shape, dtype=np.int64))
@@ -92,7 +80,8 @@ def norm_parts(p_leaves: list, u_leaves: list) -> tuple[jax.Array, jax.Array]:
     `scaled_norm_parts` of each smaller one, those of a shape and dtype as one stack (two
     reductions a stack, not two a leaf)."""
     leaves = [work(x) for x in (*p_leaves, *u_leaves)]
-    stacks, large = _stacks(leaves)
+    stacks, large = stacks_by_shape([(x.shape, x.dtype) for x in leaves],
+                                    [x.size for x in leaves], ONE_PASS_MIN_ELEMENTS)
     parts: list = [None] * len(leaves)
     for i in large:
         parts[i] = norm_parts_of(leaves[i])

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin.arrays.stacking import stacks_by_shape
 from tb_wur_plugin.tf_write.bucketing import bucket_counts, bucket_counts_by_row
 
 
@@ -109,18 +110,8 @@ def partition(tensors: Sequence[tf.Tensor]) -> tuple[list[list[int]], list[int]]
     float32 values and float64 squares, 20 bytes an element: 640 KB) fit a core's
     second-level cache of 1 MB.
     """
-    groups: dict[tuple, list[int]] = {}
-    large = []
-    for index, tensor in enumerate(tensors):
-        if _size(tensor) <= STACKED_MAX_ELEMENTS:
-            groups.setdefault((tuple(tensor.shape.as_list()), tensor.dtype), []).append(index)
-        else:
-            large.append(index)
-    stacks = []
-    for members in groups.values():
-        per_stack = max(1, STACK_ELEMENTS // max(1, int(_size(tensors[members[0]]))))
-        stacks.extend(members[i:i + per_stack] for i in range(0, len(members), per_stack))
-    return stacks, large
+    return stacks_by_shape([(tuple(t.shape.as_list()), t.dtype) for t in tensors],
+                           [_size(t) for t in tensors], STACKED_MAX_ELEMENTS, STACK_ELEMENTS)
 
 
 def _log_sum_of_squares(x: tf.Tensor, axes: list[int] | None, scaled: bool) -> tf.Tensor:
