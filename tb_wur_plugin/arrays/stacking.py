@@ -4,7 +4,7 @@ arrays' shapes and dtypes; TensorFlow's write path and the JAX math share it."""
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 
 def stacks_by_shape(
