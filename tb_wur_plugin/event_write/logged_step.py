@@ -19,7 +19,7 @@ there.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -107,6 +107,9 @@ class LoggedStepWriter:
             raise ValueError("LoggedStepWriter takes a writer, or a judgement without one")
         self._writer = writer
         self._judgement = writer.judgement if writer is not None else judgement
+        # per description function, the last `_descriptions`: its layers' (tag, shape, dtype)
+        # and the descriptions
+        self._described: dict[Callable, tuple[list, dict[str, str]]] = {}
 
     @property
     def writer(self) -> SummaryWriter | None:
@@ -138,10 +141,7 @@ class LoggedStepWriter:
             {layer.tag: float(r) for layer, r in zip(layers, logged.ratios)},
             step,
             skipped=skipped,
-            descriptions={
-                layer.tag: metadata.ratio_description(layer.tag, layer.shape, layer.dtype)
-                for layer in layers
-            },
+            descriptions=self._descriptions(metadata.ratio_description, layers),
             shapes={layer.tag: layer.shape for layer in layers},
         )
         if logged.spectral:
@@ -150,10 +150,7 @@ class LoggedStepWriter:
                 {layer.tag: float(r) for layer, r in zip(matrices, logged.spectral.values())},
                 step,
                 skipped=skipped,
-                descriptions={
-                    layer.tag: metadata.spectral_description(layer.tag, layer.shape, layer.dtype)
-                    for layer in matrices
-                },
+                descriptions=self._descriptions(metadata.spectral_description, matrices),
                 shapes={layer.tag: layer.shape for layer in matrices},
                 metric=metadata.METRIC_SPECTRAL,
             )
@@ -161,13 +158,22 @@ class LoggedStepWriter:
             writer.add_histograms(
                 {layer.tag: Counts(c) for layer, c in zip(layers, logged.histograms)},
                 step,
-                descriptions={
-                    layer.tag: metadata.histogram_description(layer.tag, layer.shape, layer.dtype)
-                    for layer in layers
-                },
+                descriptions=self._descriptions(metadata.histogram_description, layers),
             )
         if logged.learning_rate is not None:
             writer.add_learning_rate(logged.learning_rate, step)
+
+    def _descriptions(self, describe: Callable[[str, Any, str], str],
+                      layers: Sequence[Layer]) -> dict[str, str]:
+        """{tag: describe(tag, shape, dtype)} of `layers`: the last call's for `describe`
+        again where its layers had the same tags, shapes and dtypes (a face logs the same
+        layers at every step)."""
+        signature = [(layer.tag, layer.shape, layer.dtype) for layer in layers]
+        last = self._described.get(describe)
+        if last is None or last[0] != signature:
+            last = self._described[describe] = (
+                signature, {tag: describe(tag, shape, dtype) for tag, shape, dtype in signature})
+        return last[1]
 
     def _judge(self, logged: LoggedStep, skipped: bool) -> None:
         """Judge a logged step as `SummaryWriter.add_ratios` would judge it once written:

@@ -29,7 +29,7 @@ from tb_wur_plugin.event_write.event_file import masked_crc32c, value_prefix, va
 from tb_wur_plugin.event_write.training_judgement import TrainingJudgement
 from tb_wur_plugin.judgement.online import Flag
 from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
-from tb_wur_plugin.metadata import check_layer_tag
+from tb_wur_plugin.metadata import check_layer_tag, is_reserved_tag
 
 __all__ = ["SummaryWriter", "Counts", "to_stored_scalar"]
 
@@ -220,7 +220,8 @@ class SummaryWriter:
         kind = metadata.packed_ratio_kind(metric)
         step = _check_step(step)
         items = _check_mapping(ratios, "ratios")
-        values = [(tag, _real_scalar(value, f"ratio of {tag!r}")) for tag, value in items]
+        values = [(tag, value if type(value) is float else _real_scalar(value, f"ratio of {tag!r}"))
+                  for tag, value in items]
         raw = np.array([value for _, value in values], np.float64)
         if skipped is None:
             skipped = bool(metadata.step_was_skipped(raw))
@@ -233,9 +234,10 @@ class SummaryWriter:
         )
         shape_of = _shapes(shapes)
         stored = _to_stored_scalars(raw)
+        names = tuple(tag for tag, _ in values)
+        layer_shapes = tuple(shape_of(t) for t in names)
         if self._packed or kind == metadata.KIND_PACKED_SPECTRAL:
-            names = tuple(tag for tag, _ in values)
-            about = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
+            about = (layer_shapes, tuple(describe(t) for t in names))
             parts, tags = [], []
             for offset, end in metadata.packed_chunks(len(names)):
                 tag, part = self._packed_value(
@@ -248,8 +250,7 @@ class SummaryWriter:
         else:
             self._write_scalars(values, stored, skipped, describe, shape_of, step, wall_time)
         with self._judging:  # after the writing: a judgement never costs a written step
-            self._judgement.observe(step, [tag for tag, _ in values],
-                                    [shape_of(tag) for tag, _ in values], stored, skipped, metric)
+            self._judgement.observe(step, names, layer_shapes, stored, skipped, metric)
 
     def _write_scalars(self, values, stored, skipped, describe, shape_of, step, wall_time):
         """The ratios of one step as protocol version 2 wrote them: a scalar per layer."""
@@ -578,7 +579,8 @@ def _check_mapping(mapping: Any, what: str) -> list[tuple[str, Any]]:
         raise ValueError(f"{what} is empty: nothing to write")
     items = list(mapping.items())
     for tag, _ in items:
-        check_layer_tag(tag)
+        if type(tag) is not str or not tag or is_reserved_tag(tag):
+            check_layer_tag(tag)  # raises (or passes a str subclass)
     return items
 
 

@@ -126,6 +126,8 @@ class TrainingJudgement:
         # the last Frobenius step: (step, tags, ratios, skipped), the spectral one's evidence
         self._frobenius: tuple[int, list[str], np.ndarray, bool] | None = None
         self._warned_repeat = False
+        # the last shapes observed and their kinds (a writer names the same layers each step)
+        self._last_kinds: tuple[tuple, list[str]] | None = None
 
     @property
     def stop_on(self) -> frozenset[str]:
@@ -174,8 +176,7 @@ class TrainingJudgement:
             judgement = self._judgements[metric] = online.OnlineJudgement(metric, **self._settings)
         tags = list(tags)
         values = np.asarray(ratios, np.float64)
-        kinds = None if shapes is None else [
-            metadata.LAYER_UNKNOWN if s is None else metadata.layer_kind(s) for s in shapes]
+        kinds = None if shapes is None else self._kinds(shapes)
         moving = None
         if metric == metadata.METRIC_FROBENIUS:
             self._frobenius = (step, tags, values, bool(skipped))
@@ -186,6 +187,14 @@ class TrainingJudgement:
         for flag in fired:
             self._tell(flag)
         return fired
+
+    def _kinds(self, shapes: Sequence[tuple[int, ...] | None]) -> list[str]:
+        """Each shape's layer kind (`metadata.layer_kind`; None: unknown)."""
+        shapes = tuple(shapes)
+        if self._last_kinds is None or self._last_kinds[0] != shapes:
+            self._last_kinds = (shapes, [
+                metadata.LAYER_UNKNOWN if s is None else metadata.layer_kind(s) for s in shapes])
+        return self._last_kinds[1]
 
     def _tell(self, flag: online.Flag) -> None:
         self.flags.append(flag)
