@@ -73,6 +73,11 @@ def main(output_dir: str, steps: int, logging: int, out: str) -> None:
         callbacks=[WeightUpdateRatioCallback(), Reference(out)],
     )
     trainer.train()
+    # the Trainer leaves the process group it made; a rank that exits with it alive can
+    # abort in gloo's teardown ("terminate called without an active exception")
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
