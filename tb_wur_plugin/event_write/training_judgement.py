@@ -126,8 +126,9 @@ class TrainingJudgement:
         # the last Frobenius step: (step, tags, ratios, skipped), the spectral one's evidence
         self._frobenius: tuple[int, list[str], np.ndarray, bool] | None = None
         self._warned_repeat = False
-        # the last shapes observed and their kinds (a writer names the same layers each step)
-        self._last_kinds: tuple[tuple, list[str]] | None = None
+        # per metric, the last shapes observed and their kinds (a writer names the same layers
+        # at each step)
+        self._last_kinds: dict[str, tuple[tuple, list[str]]] = {}
 
     @property
     def stop_on(self) -> frozenset[str]:
@@ -176,7 +177,7 @@ class TrainingJudgement:
             judgement = self._judgements[metric] = online.OnlineJudgement(metric, **self._settings)
         tags = list(tags)
         values = np.asarray(ratios, np.float64)
-        kinds = None if shapes is None else self._kinds(shapes)
+        kinds = None if shapes is None else self._kinds(metric, shapes)
         moving = None
         if metric == metadata.METRIC_FROBENIUS:
             self._frobenius = (step, tags, values, bool(skipped))
@@ -188,13 +189,14 @@ class TrainingJudgement:
             self._tell(flag)
         return fired
 
-    def _kinds(self, shapes: Sequence[tuple[int, ...] | None]) -> list[str]:
+    def _kinds(self, metric: str, shapes: Sequence[tuple[int, ...] | None]) -> list[str]:
         """Each shape's layer kind (`metadata.layer_kind`; None: unknown)."""
         shapes = tuple(shapes)
-        if self._last_kinds is None or self._last_kinds[0] != shapes:
-            self._last_kinds = (shapes, [
+        last = self._last_kinds.get(metric)
+        if last is None or last[0] != shapes:
+            last = self._last_kinds[metric] = (shapes, [
                 metadata.LAYER_UNKNOWN if s is None else metadata.layer_kind(s) for s in shapes])
-        return self._last_kinds[1]
+        return last[1]
 
     def _tell(self, flag: online.Flag) -> None:
         self.flags.append(flag)

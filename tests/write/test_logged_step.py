@@ -105,6 +105,58 @@ def test_a_logged_step_without_the_optional_series(tmp_path, monkeypatch):
                        monkeypatch) == _file_bytes(tmp_path / "calls", by_hand, monkeypatch)
 
 
+def test_steps_whose_layers_change_are_described_as_they_are_then(tmp_path, monkeypatch):
+    """One LoggedStepWriter, the layers changing between its steps (a layer added, one's
+    dtype changed, back to the first set): each step as written by hand with that step's
+    layers, spectral and histogram descriptions included."""
+    added = [*LAYERS, LoggedLayer("head/kernel", (2, 5), "float32")]
+    recast = [LAYERS[0], LAYERS[1], LoggedLayer("out/kernel", (3, 2), "float32")]
+    steps = [(0, LAYERS), (1, LAYERS), (2, added), (3, recast), (4, LAYERS)]
+
+    def logged(step, layers):
+        counts = np.zeros((len(layers), metadata.NUM_BUCKETS), np.int64)
+        counts[:, metadata.FIRST_BIN] = 1
+        return LoggedStep(step, layers, [1e-3 * (i + 1) for i in range(len(layers))],
+                          spectral={0: 0.5}, histograms=counts)
+
+    def through_one_writer(writer):
+        steps_writer = LoggedStepWriter(writer)
+        for step, layers in steps:
+            steps_writer.write(logged(step, layers))
+
+    def by_hand(writer):
+        for step, layers in steps:
+            step_data = logged(step, layers)
+            writer.add_ratios(
+                {layer.tag: r for layer, r in zip(layers, step_data.ratios)}, step,
+                skipped=False,
+                descriptions={layer.tag: metadata.ratio_description(
+                    layer.tag, layer.shape, layer.dtype) for layer in layers},
+                shapes={layer.tag: layer.shape for layer in layers})
+            writer.add_ratios(
+                {layers[0].tag: 0.5}, step, skipped=False,
+                descriptions={layers[0].tag: metadata.spectral_description(
+                    layers[0].tag, layers[0].shape, layers[0].dtype)},
+                shapes={layers[0].tag: layers[0].shape}, metric=metadata.METRIC_SPECTRAL)
+            writer.add_histograms(
+                {layer.tag: Counts(c) for layer, c in zip(layers, step_data.histograms)}, step,
+                descriptions={layer.tag: metadata.histogram_description(
+                    layer.tag, layer.shape, layer.dtype) for layer in layers})
+
+    assert _file_bytes(tmp_path / "entry", through_one_writer, monkeypatch) == _file_bytes(
+        tmp_path / "calls", by_hand, monkeypatch)
+
+
+def test_a_layer_whose_kind_changes_is_refused_by_the_judgement(tmp_path):
+    """The judgement keeps the kinds of the last shapes it saw: a tag seen as a matrix and
+    then as a vector is refused, as the first time."""
+    with SummaryWriter(tmp_path) as writer:
+        writer.add_ratios({"w": 1e-3}, 0, shapes={"w": (4, 3)})
+        writer.add_ratios({"w": 1e-3}, 1, shapes={"w": (4, 3)})
+        with pytest.raises(ValueError, match="'w' was observed as a matrix, now vector"):
+            writer.add_ratios({"w": 1e-3}, 2, shapes={"w": (3,)})
+
+
 def test_the_skipped_rule():
     assert metadata.step_was_skipped(np.zeros(3))
     assert metadata.step_was_skipped(np.array([0.0, -0.0]))
