@@ -514,11 +514,13 @@ class WatchHandle:
                     device_counts = torch_math.elementwise_counts_of(olds, news)
                 foreach.sub_(olds, news)  # olds := w_before − w_after = −Δw
                 sums = torch.cat([weight_sums, torch_math.sums_of_squares(olds)]).cpu().numpy()
-                for k, i in enumerate(indices):
-                    weight_norms[i] = torch_math.checked_norm(sums[k], lambda: olds[k] + news[k])
-                    update_norms[i] = torch_math.checked_norm(sums[len(indices) + k], lambda: olds[k])
-                    if self._spectral is not None and len(entries[i].shape) >= 2:
-                        matrices.append((i, olds[k] + news[k], olds[k]))
+                n = len(indices)
+                weight_norms[indices] = torch_math.checked_norms(
+                    sums[:n], lambda k: olds[k] + news[k])
+                update_norms[indices] = torch_math.checked_norms(sums[n:], lambda k: olds[k])
+                if self._spectral is not None:
+                    matrices.extend((i, olds[k] + news[k], olds[k]) for k, i in enumerate(indices)
+                                    if len(entries[i].shape) >= 2)
                 if self._histograms:
                     for i, c in zip(indices, torch.stack(device_counts).cpu().numpy()):
                         counts[i] = c

@@ -6,7 +6,7 @@ device. The fused list ops are `torch_internals.foreach`'s. Imports no TensorFlo
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -137,15 +137,18 @@ def needs_exact_norm(sum_of_squares: float) -> bool:
     return not (_SMALLEST_SAFE_SUM <= sum_of_squares < math.inf or math.isnan(sum_of_squares))
 
 
-def checked_norm(sum_of_squares: float, tensor) -> float:
-    """√sum_of_squares, or, where that sum may have overflowed or lost precision to
-    underflow (`needs_exact_norm`), the exact norm of tensor() (a callable: computed only
-    then); NaN for a NaN sum."""
-    if sum_of_squares >= _SMALLEST_SAFE_SUM and sum_of_squares < math.inf:
-        return math.sqrt(sum_of_squares)
-    if math.isnan(sum_of_squares):
-        return math.nan
-    return exact_norm(tensor())
+def checked_norms(sums_of_squares: np.ndarray,
+                  tensor_at: Callable[[int], torch.Tensor]) -> np.ndarray:
+    """float64[n]: √ of each of `sums_of_squares` (float64[n]), or, where that sum may have
+    overflowed or lost precision to underflow (`needs_exact_norm`), the exact norm of
+    tensor_at(i) (computed only then); NaN for a NaN sum."""
+    with np.errstate(invalid="ignore"):
+        norms = np.sqrt(sums_of_squares)
+        unsafe = ~((sums_of_squares >= _SMALLEST_SAFE_SUM) & (sums_of_squares < math.inf)
+                   | np.isnan(sums_of_squares))
+    for i in np.flatnonzero(unsafe):
+        norms[i] = exact_norm(tensor_at(int(i)))
+    return norms
 
 
 def exact_norm(tensor: torch.Tensor) -> float:
