@@ -489,7 +489,7 @@ class WatchHandle:
                     before[i] = copy
             else:
                 watched.kept = torch_math.snapshot([e.tensor for e in entries], watched.kept)
-                before = list(watched.kept)
+                before = watched.kept
         watched.pending = _Pending(step, entries, before, self._learning_rate(watched))
 
     def _record(self, pending: _Pending) -> None:
@@ -507,7 +507,8 @@ class WatchHandle:
         matrices: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (i, W, −ΔW)
         with torch.no_grad():
             for indices in _by_device(entries):
-                olds = [before[i] for i in indices]
+                # all of them: the snapshot itself, whose stacks are reduced a stack at a time
+                olds = before if len(indices) == len(before) else [before[i] for i in indices]
                 news = [torch_math.work(entries[i].tensor) for i in indices]
                 weight_sums = torch_math.sums_of_squares(olds)
                 if self._histograms:

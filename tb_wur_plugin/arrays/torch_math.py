@@ -12,11 +12,17 @@ import numpy as np
 import torch
 
 from tb_wur_plugin import metadata
+from tb_wur_plugin.arrays.stacking import stacks_by_shape
 from tb_wur_plugin.torch_internals import foreach
 
 # Tensors are reduced in chunks of this many elements: norms of the chunks in the tensor's
 # precision, their squares summed in float64 (`sums_of_squares`).
 CHUNK_ELEMENTS = 1 << 16
+
+
+# A snapshot stacks the small copies of a shape where there are at least this many (fewer:
+# one reduction a stack saves less than its few more ops cost).
+MIN_STACK_MEMBERS = 8
 
 
 # Histogram temporaries are bounded by bucketing this many elements at a time (one chunk's
@@ -59,21 +65,75 @@ def copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> list[torch.Tensor]:
+class Snapshot(list):
+    """The copies `snapshot` makes (a list of tensors), and `stacks`: the groups of them that
+    are the rows of one tensor (`_Stack`), whose sums of squares `sums_of_squares` takes in
+    one reduction a stack."""
+
+    def __init__(self, copies: list[torch.Tensor], stacks: list["_Stack"]) -> None:
+        super().__init__(copies)
+        self.stacks = stacks
+        stacked = {i for stack in stacks for i in stack.members.tolist()}
+        # the positions of the copies in no stack
+        self.loose = [i for i in range(len(copies)) if i not in stacked]
+
+
+class _Stack(NamedTuple):
+    """Copies that are rows of `rows_of`, a [k, ...] tensor: the copy at position
+    members[j] of its snapshot is rows_of[rows[j]] (a row no member names is stale)."""
+
+    rows_of: torch.Tensor
+    members: torch.Tensor  # int64, on rows_of's device
+    rows: torch.Tensor
+
+
+def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
     """Copies of `tensors` in the work dtype, as `copies` makes them, written into the
     tensors of `kept` (an earlier snapshot, reused rather than allocated again) where the
     one at the same position has the work dtype, shape, strides and device the copy would
-    have; new copies (`copies`) of the others.
+    have; new copies of the others: those of one shape, work dtype and device, contiguous
+    and of at most CHUNK_ELEMENTS elements, at least MIN_STACK_MEMBERS of them, as the rows
+    of one new tensor (a `_Stack`), the rest by `copies`.
 
     Returns:
-      The snapshot, a list of len(tensors): the reused tensors of `kept` and the new copies.
+      The snapshot, of len(tensors): the reused tensors of `kept` and the new copies, with
+      the stacks of `kept` whose rows it still holds and the new ones.
     """
     sources = [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
     fits = [i < len(kept) and _holds(kept[i], s) for i, s in enumerate(sources)]
     reused = [i for i, fit in enumerate(fits) if fit]
     foreach.copy_([kept[i] for i in reused], [sources[i] for i in reused])
-    fresh = iter(copies([t for t, fit in zip(tensors, fits) if not fit]))
-    return [kept[i] if fit else next(fresh) for i, fit in enumerate(fits)]
+    out: list[Any] = [kept[i] if fit else None for i, fit in enumerate(fits)]
+    stacks = [_still_held(stack, fits) for stack in getattr(kept, "stacks", ())]
+    fresh = [i for i, fit in enumerate(fits) if not fit]
+    stackable = [i for i in fresh if sources[i].dtype in WORK_DTYPES
+                 and sources[i].is_contiguous() and 0 < sources[i].numel()]
+    groups, _ = stacks_by_shape(
+        [(sources[i].shape, sources[i].dtype, sources[i].device) for i in stackable],
+        [sources[i].numel() for i in stackable], CHUNK_ELEMENTS)
+    for group in (g for g in groups if len(g) >= MIN_STACK_MEMBERS):
+        members = [stackable[j] for j in group]
+        rows_of = torch.stack([sources[i] for i in members])
+        for row, i in enumerate(members):
+            out[i] = rows_of[row]
+        device = rows_of.device
+        stacks.append(_Stack(rows_of, torch.tensor(members, device=device),
+                             torch.arange(len(members), device=device)))
+    rest = [i for i in fresh if out[i] is None]
+    for i, copy in zip(rest, copies([tensors[i] for i in rest])):
+        out[i] = copy
+    return Snapshot(out, [stack for stack in stacks if stack is not None])
+
+
+def _still_held(stack: _Stack, fits: list[bool]) -> _Stack | None:
+    """`stack`'s members whose copies a new snapshot reuses (`fits`); None if none."""
+    keep = [j for j, i in enumerate(stack.members.tolist()) if i < len(fits) and fits[i]]
+    if len(keep) == len(stack.members):
+        return stack
+    if not keep:
+        return None
+    index = torch.tensor(keep, device=stack.members.device)
+    return _Stack(stack.rows_of, stack.members[index], stack.rows[index])
 
 
 def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
@@ -85,7 +145,25 @@ def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
 
 def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
-    CHUNK_ELEMENTS elements in the tensor's precision, squared and summed in float64.
+    CHUNK_ELEMENTS elements in the tensor's precision, squared and summed in float64; the
+    copies of a `Snapshot`'s stacks (of one chunk each) by one reduction over each stack's
+    rows."""
+    stacks = getattr(tensors, "stacks", None)
+    if not stacks:
+        return _sums_of_squares(tensors)
+    out = torch.empty(len(tensors), dtype=torch.float64, device=tensors[0].device)
+    for stack in stacks:
+        rows = stack.rows_of.reshape(len(stack.rows_of), -1)
+        squares = torch.linalg.vector_norm(rows, dim=1).to(torch.float64).square()
+        out.index_copy_(0, stack.members, squares.index_select(0, stack.rows))
+    if tensors.loose:
+        loose = torch.tensor(tensors.loose, device=out.device)
+        out.index_copy_(0, loose, _sums_of_squares([tensors[i] for i in tensors.loose]))
+    return out
+
+
+def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`sums_of_squares` of tensors in no stack.
 
     On a GPU the chunks' norms are one fused op. On the CPU a tensor's whole chunks are the
     rows of one matrix and their norms one reduction over its rows (a fused op's call per

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from tb_wur_plugin import metadata  # noqa: E402
 from tb_wur_plugin import torch as wur_torch  # noqa: E402
 from tb_wur_plugin.arrays import numpy_math, torch_math  # noqa: E402
+from tb_wur_plugin.torch_internals import foreach  # noqa: E402
 
 INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64}
 
@@ -155,6 +156,52 @@ def test_snapshot_reuses_what_fits():
     z.mul_(2)
     seventh = torch_math.snapshot([z], sixth)
     assert seventh[0] is sixth[0] and torch.equal(seventh[0], torch.view_as_real(z))
+
+
+def test_snapshot_stacks_small_copies_of_a_shape_and_sums_them_a_stack_at_a_time(monkeypatch):
+    """Small contiguous tensors of one shape and work dtype, at least MIN_STACK_MEMBERS of
+    them, are copied as the rows of one tensor; the sums of squares of the snapshot (stacked
+    rows and the rest) are those of its copies one by one, before and after the copies
+    change in place, after a snapshot that reuses them, and after one whose tensor no
+    longer fits drops it from its stack."""
+    monkeypatch.setattr(torch_math, "MIN_STACK_MEMBERS", 3)
+    g = torch.Generator().manual_seed(3)
+    tensors = [torch.randn(8, 4, generator=g) for _ in range(5)]  # one stack
+    tensors += [torch.randn(6, generator=g, dtype=torch.float64) for _ in range(3)]  # another
+    tensors += [torch.randn(3, generator=g),  # alone of its shape: loose
+                torch.randn(300, 300, generator=g),  # above one chunk: loose
+                torch.randn(4, 8, generator=g).t(),  # not contiguous: loose
+                torch.randn(8, 4, generator=g, dtype=torch.float16),  # converted: loose
+                torch.randn(2, 2, generator=g), torch.randn(2, 2, generator=g)]  # too few
+    first = torch_math.snapshot(tensors, [])
+    assert all(torch.equal(c, torch_math.work(t)) for c, t in zip(first, tensors))
+    assert sorted(sorted(s.members.tolist()) for s in first.stacks) == [[0, 1, 2, 3, 4], [5, 6, 7]]
+    assert first.loose == [8, 9, 10, 11, 12, 13]
+    assert first[0].data_ptr() != tensors[0].data_ptr()
+
+    def each(snapshot):  # one by one, no stacks
+        return torch_math.sums_of_squares(list(snapshot))
+
+    for step in range(2):
+        np.testing.assert_allclose(torch_math.sums_of_squares(first).numpy(),
+                                   each(first).numpy(), rtol=1e-6)
+        foreach.sub_(list(first), [t.to(c.dtype) * 0.5 for c, t in zip(first, tensors)])
+    for t in tensors:
+        t.mul_(2.0)
+    second = torch_math.snapshot(tensors, first)
+    assert [c.data_ptr() for c in second] == [c.data_ptr() for c in first]  # reused
+    assert [a is b for a, b in zip(second.stacks, first.stacks)] == [True, True]
+    assert second.loose == first.loose
+    np.testing.assert_allclose(torch_math.sums_of_squares(second).numpy(),
+                               [float((t.double() ** 2).sum()) for t in tensors], rtol=1e-6)
+    # tensor 2 is now float64: a new copy; its stale row is no member's any more
+    tensors[2] = torch.randn(8, 4, generator=g, dtype=torch.float64) * 1e3
+    third = torch_math.snapshot(tensors, second)
+    assert third[2] is not second[2] and third[0] is second[0]
+    assert sorted(sorted(s.members.tolist()) for s in third.stacks) == [[0, 1, 3, 4], [5, 6, 7]]
+    assert third.loose == [2, 8, 9, 10, 11, 12, 13]
+    np.testing.assert_allclose(torch_math.sums_of_squares(third).numpy(),
+                               [float((t.double() ** 2).sum()) for t in tensors], rtol=1e-6)
 
 
 def test_watch_keeps_one_copy_between_logged_steps_until_removed(tmp_path, monkeypatch):
