@@ -73,18 +73,31 @@ class Snapshot(list):
     def __init__(self, copies: list[torch.Tensor], stacks: list["_Stack"]) -> None:
         super().__init__(copies)
         self.stacks = stacks
-        stacked = {i for stack in stacks for i in stack.members.tolist()}
-        # the positions of the copies in no stack
+        stacked = {i for stack in stacks for i in stack.members}
+        # the positions of the copies in no stack, and as an index on their device
         self.loose = [i for i in range(len(copies)) if i not in stacked]
+        self.loose_index = None
+        if stacks and self.loose:
+            self.loose_index = torch.tensor(self.loose, device=stacks[0].rows_of.device)
 
 
 class _Stack(NamedTuple):
     """Copies that are rows of `rows_of`, a [k, ...] tensor: the copy at position
-    members[j] of its snapshot is rows_of[rows[j]] (a row no member names is stale)."""
+    members[j] of its snapshot is rows_of[rows[j]] (a row no member names is stale); the
+    same positions and rows as int64 tensors on rows_of's device (indices for the device,
+    the lists for the host: no device synchronization)."""
 
     rows_of: torch.Tensor
-    members: torch.Tensor  # int64, on rows_of's device
-    rows: torch.Tensor
+    members: list[int]
+    rows: list[int]
+    member_index: torch.Tensor
+    row_index: torch.Tensor
+
+
+def _stack(rows_of: torch.Tensor, members: list[int], rows: list[int]) -> _Stack:
+    device = rows_of.device
+    return _Stack(rows_of, members, rows, torch.tensor(members, device=device),
+                  torch.tensor(rows, device=device))
 
 
 def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
@@ -103,6 +116,8 @@ def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
     fits = [i < len(kept) and _holds(kept[i], s) for i, s in enumerate(sources)]
     reused = [i for i, fit in enumerate(fits) if fit]
     foreach.copy_([kept[i] for i in reused], [sources[i] for i in reused])
+    if isinstance(kept, Snapshot) and len(reused) == len(kept) == len(sources):
+        return kept  # every copy reused, in place
     out: list[Any] = [kept[i] if fit else None for i, fit in enumerate(fits)]
     stacks = [_still_held(stack, fits) for stack in getattr(kept, "stacks", ())]
     fresh = [i for i, fit in enumerate(fits) if not fit]
@@ -116,9 +131,7 @@ def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
         rows_of = torch.stack([sources[i] for i in members])
         for row, i in enumerate(members):
             out[i] = rows_of[row]
-        device = rows_of.device
-        stacks.append(_Stack(rows_of, torch.tensor(members, device=device),
-                             torch.arange(len(members), device=device)))
+        stacks.append(_stack(rows_of, members, list(range(len(members)))))
     rest = [i for i in fresh if out[i] is None]
     for i, copy in zip(rest, copies([tensors[i] for i in rest])):
         out[i] = copy
@@ -127,13 +140,12 @@ def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
 
 def _still_held(stack: _Stack, fits: list[bool]) -> _Stack | None:
     """`stack`'s members whose copies a new snapshot reuses (`fits`); None if none."""
-    keep = [j for j, i in enumerate(stack.members.tolist()) if i < len(fits) and fits[i]]
+    keep = [j for j, i in enumerate(stack.members) if i < len(fits) and fits[i]]
     if len(keep) == len(stack.members):
         return stack
     if not keep:
         return None
-    index = torch.tensor(keep, device=stack.members.device)
-    return _Stack(stack.rows_of, stack.members[index], stack.rows[index])
+    return _stack(stack.rows_of, [stack.members[j] for j in keep], [stack.rows[j] for j in keep])
 
 
 def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
@@ -155,10 +167,10 @@ def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     for stack in stacks:
         rows = stack.rows_of.reshape(len(stack.rows_of), -1)
         squares = torch.linalg.vector_norm(rows, dim=1).to(torch.float64).square()
-        out.index_copy_(0, stack.members, squares.index_select(0, stack.rows))
+        out.index_copy_(0, stack.member_index, squares.index_select(0, stack.row_index))
     if tensors.loose:
-        loose = torch.tensor(tensors.loose, device=out.device)
-        out.index_copy_(0, loose, _sums_of_squares([tensors[i] for i in tensors.loose]))
+        out.index_copy_(0, tensors.loose_index,
+                        _sums_of_squares([tensors[i] for i in tensors.loose]))
     return out
 
 

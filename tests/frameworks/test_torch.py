@@ -332,8 +332,8 @@ def test_steps_that_do_not_log_take_no_copy(tmp_path, monkeypatch):
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     copies = []
-    original = torch_math.copies
-    monkeypatch.setattr(torch_math, "copies", lambda t: copies.append(1) or original(t))
+    original = torch_math.snapshot
+    monkeypatch.setattr(torch_math, "snapshot", lambda *a: copies.append(1) or original(*a))
     handle = wur_torch.watch(optimizer, model, str(tmp_path / "run"), every=4)
     for _ in range(9):
         model(torch.ones(1, 3)).sum().backward()
