@@ -4,7 +4,6 @@ norms, each logged step written through the TensorFlow-free write path
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, Mapping, NamedTuple
@@ -232,19 +231,17 @@ def _torch_spectral() -> Any:
 
 
 def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histograms: bool):
-    """float64 ratios (norms in float64 on the device, one transfer) and int64 counts, of
-    the updates `deltas` = after − before."""
+    """float64 ratios (norms from `torch_math.sums_of_squares` on the device, as `watch`
+    takes them, one transfer) and int64 counts, of the updates `deltas` = after − before."""
     import torch
 
     from tb_wur_plugin.arrays import torch_math
 
-    norms = torch.stack([
-        torch.linalg.vector_norm(t, dtype=torch.float64) for t in [*before, *deltas]
-    ]).cpu().numpy()
+    tensors = [torch_math.work(t) for t in [*before, *deltas]]
     n = len(before)
-    for i, t in enumerate([*before, *deltas]):
-        if math.isinf(norms[i]):  # overflowed in float64, or the tensor is not finite
-            norms[i] = torch_math.exact_norm(t)
+    sums = torch.cat([torch_math.sums_of_squares(tensors[:n]),
+                      torch_math.sums_of_squares(tensors[n:])]).cpu().numpy()
+    norms = torch_math.checked_norms(sums, lambda i: tensors[i])
     counts = None
     if histograms:
         counts = torch.stack(torch_math.elementwise_counts_of(
