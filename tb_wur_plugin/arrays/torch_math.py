@@ -221,10 +221,11 @@ def _chunks(tensor: torch.Tensor) -> list[torch.Tensor]:
     return list(tensor.reshape(-1).split(CHUNK_ELEMENTS))
 
 
-def needs_exact_norm(sum_of_squares: float) -> bool:
-    """Whether a chunked sum of squares may have overflowed or lost precision to underflow:
-    not finite but not NaN, or below _SMALLEST_SAFE_SUM."""
-    return not (_SMALLEST_SAFE_SUM <= sum_of_squares < math.inf or math.isnan(sum_of_squares))
+def needs_exact_norm(sums_of_squares: Any) -> np.ndarray:
+    """Whether each chunked sum of squares (a float or an array of them) may have overflowed
+    or lost precision to underflow: not finite but not NaN, or below _SMALLEST_SAFE_SUM."""
+    sums = np.asarray(sums_of_squares, np.float64)
+    return ~((sums >= _SMALLEST_SAFE_SUM) & (sums < math.inf) | np.isnan(sums))
 
 
 def checked_norms(sums_of_squares: np.ndarray,
@@ -234,9 +235,7 @@ def checked_norms(sums_of_squares: np.ndarray,
     tensor_at(i) (computed only then); NaN for a NaN sum."""
     with np.errstate(invalid="ignore"):
         norms = np.sqrt(sums_of_squares)
-        unsafe = ~((sums_of_squares >= _SMALLEST_SAFE_SUM) & (sums_of_squares < math.inf)
-                   | np.isnan(sums_of_squares))
-    for i in np.flatnonzero(unsafe):
+    for i in np.flatnonzero(needs_exact_norm(sums_of_squares)):
         norms[i] = exact_norm(tensor_at(int(i)))
     return norms
 

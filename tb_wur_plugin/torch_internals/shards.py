@@ -341,7 +341,7 @@ def reduce_norms(
     weight = reduced[start:start + n].copy()
     update = reduced[start + n:start + 2 * n].copy()
     both = np.concatenate([weight, update])
-    unsafe = [i for i, s in enumerate(both) if torch_math.needs_exact_norm(s)]
+    unsafe = np.flatnonzero(torch_math.needs_exact_norm(both)).tolist()
     if unsafe:
         exact = _exact_norms(
             [weight_of(i) if i < n else update_of(i - n) for i in unsafe],
