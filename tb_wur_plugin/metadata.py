@@ -230,6 +230,8 @@ def is_reserved_tag(tag: str) -> bool:
 def check_layer_tag(tag: Any, what: str = "tag", article: str = "a ") -> None:
     """Raise a TypeError unless `tag` is a str, a ValueError if it is empty or in the
     plugin's reserved namespace; the messages call it `what` ("a tag must be a str")."""
+    if type(tag) is str and tag and not tag.startswith(RESERVED_TAG_PREFIX):
+        return  # the usual tag, without the generic checks
     if not isinstance(tag, str):
         raise TypeError(f"{article}{what} must be a str, got {type(tag).__name__}: {tag!r}")
     if not tag:

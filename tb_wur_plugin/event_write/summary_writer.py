@@ -29,7 +29,7 @@ from tb_wur_plugin.event_write.event_file import masked_crc32c, value_prefix, va
 from tb_wur_plugin.event_write.training_judgement import TrainingJudgement
 from tb_wur_plugin.judgement.online import Flag
 from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
-from tb_wur_plugin.metadata import check_layer_tag, is_reserved_tag
+from tb_wur_plugin.metadata import check_layer_tag
 
 __all__ = ["SummaryWriter", "Counts", "to_stored_scalar"]
 
@@ -579,8 +579,7 @@ def _check_mapping(mapping: Any, what: str) -> list[tuple[str, Any]]:
         raise ValueError(f"{what} is empty: nothing to write")
     items = list(mapping.items())
     for tag, _ in items:
-        if type(tag) is not str or not tag or is_reserved_tag(tag):
-            check_layer_tag(tag)  # raises (or passes a str subclass)
+        check_layer_tag(tag)
     return items
 
 
