@@ -250,30 +250,32 @@ def exact_norm(tensor: torch.Tensor) -> float:
     return top * torch.linalg.vector_norm(scaled).item()
 
 
-# Bucketing works on the values' bits (`_BitTables`): for float32 or float64 values x >= 0
-# (and NaN) the bits, read as a signed integer, grow with x, so each bucket is a range of
-# them. The top bits of x (sign, exponent and _FINE_MANTISSA_BITS of the mantissa) name its
-# fine bin, of 2**-3 of an octave at most: narrower than a bucket (10**(1 / BINS_PER_DECADE)
-# wide), so at most one bucket boundary falls inside a fine bin, at the bin's threshold.
+# Bucketing works on the bits of values x >= 0 (and NaN) with the sign bit clear: read as a
+# signed integer they grow with x, so each bucket is a range of them. The top bits (the
+# exponent and _FINE_MANTISSA_BITS of the mantissa) name a value's fine bin, of 2**-3 of an
+# octave at most: narrower than a bucket (10**(1 / BINS_PER_DECADE) wide), so at most one
+# bucket boundary falls inside a fine bin. Adding the bin's offset to the bits moves that
+# boundary onto the start of the next bin, so (bits + offset) >> shift, the value's key, is
+# the bin below the boundary and the next one at or above it; each key holds one bucket.
 _FINE_MANTISSA_BITS = 3
 
 
 class _BitTables(NamedTuple):
-    """How `_fine_keys` buckets the values of one floating dtype on one device.
+    """How `_key_counts` buckets the values of one floating dtype on one device.
 
     int_dtype: the signed integer dtype of the float's width.
-    shift: bits >> shift (masked to `fine_bins` - 1) is a value's fine bin.
-    fine_bins: the number of fine bins (two halves: x's sign bit clear, then set).
-    thresholds: int_dtype[fine_bins]: the bits at or above which a value of the fine bin
-      lies in its upper bucket (the bin's first bits where it holds no boundary).
-    buckets: int64[2 * fine_bins]: the bucket of key f (bits of bin f at or above its
-      threshold) and of key fine_bins + f (below it).
+    shift: bits >> shift is a value's fine bin (bits >= 0: fine_bins bins).
+    fine_bins: the number of fine bins of values with the sign bit clear.
+    offsets: int_dtype[fine_bins]: what is added to the bits of a value of each bin to make
+      (bits + offset) >> shift its key: the bin itself below the bin's boundary, the next
+      one at or above it (0 or 1 << shift where no boundary lies inside the bin).
+    buckets: int64[fine_bins + 1]: the bucket of the values of each key.
     """
 
     int_dtype: torch.dtype
     shift: int
     fine_bins: int
-    thresholds: torch.Tensor
+    offsets: torch.Tensor
     buckets: torch.Tensor
 
 
@@ -302,8 +304,8 @@ def _bit_tables(dtype: torch.dtype, device: torch.device) -> _BitTables:
     """The tables of `dtype` (float32 or float64) on `device`, built once.
 
     Raises:
-      RuntimeError: a fine bin would hold two bucket boundaries (the protocol's edges
-        closer than a fine bin).
+      RuntimeError: two bucket boundaries would share a key (the protocol's edges closer
+        than a fine bin).
     """
     key = (dtype, device)
     tables = _TABLES.get(key)
@@ -312,27 +314,40 @@ def _bit_tables(dtype: torch.dtype, device: torch.device) -> _BitTables:
     torch_int, np_int, np_float, mantissa = _INT_OF[dtype]
     width = np.dtype(np_int).itemsize * 8
     shift = mantissa - _FINE_MANTISSA_BITS
-    fine_bins = 1 << (width - shift)
-    f = np.arange(fine_bins, dtype=np.int64)
-    signed = np.where(f < fine_bins // 2, f, f - fine_bins)
-    start = (signed << shift).astype(np_int)  # each fine bin's first and last bits
-    end = (start + np_int((1 << shift) - 1)).astype(np_int)
-    low, high = _reference_buckets(start, np_float), _reference_buckets(end, np_float)
-    # The first bits of the upper bucket: a binary search in each bin with a boundary.
-    below, above = start.astype(np.int64), end.astype(np.int64)  # B(below) = low, B(above) = high
+    fine_bins = 1 << (width - 1 - shift)
+    start = np.arange(fine_bins, dtype=np.int64) << shift  # each fine bin's first and last bits
+    end = start + (1 << shift) - 1
+    low = _reference_buckets(start.astype(np_int), np_float)
+    high = _reference_buckets(end.astype(np_int), np_float)
+    # The first bits of the upper bucket in each bin with a boundary inside: a binary search.
+    below, above = start.copy(), end.copy()  # B(below) = low, B(above) = high
     split = low != high
     while np.any(split & (above - below > 1)):
         middle = below + (above - below) // 2
         upper = _reference_buckets(middle.astype(np_int), np_float) != low
         above = np.where(split & upper, middle, above)
         below = np.where(split & ~upper, middle, below)
-    thresholds = np.where(split, above, start.astype(np.int64)).astype(np_int)
-    if np.any(_reference_buckets(thresholds, np_float) != high):
-        raise RuntimeError("histogram edges closer than a fine bin: two boundaries in one bin")
-    buckets = np.concatenate([high, low])
+    offsets = np.zeros(fine_bins, dtype=np.int64)
+    buckets = np.zeros(fine_bins + 1, dtype=np.int64)
+    taken = np.zeros(fine_bins + 1, dtype=bool)  # keys that already hold a bucket
+    for f in range(fine_bins):
+        if split[f]:  # below the boundary: key f; at or above it: key f + 1
+            offsets[f] = start[f] + (1 << shift) - above[f]
+            parts = [(f, low[f]), (f + 1, high[f])]
+        elif taken[f] and buckets[f] != low[f]:  # key f holds another bucket: all to f + 1
+            offsets[f] = 1 << shift
+            parts = [(f + 1, low[f])]
+        else:
+            parts = [(f, low[f])]
+        for k, bucket in parts:
+            if taken[k] and buckets[k] != bucket:
+                raise RuntimeError("histogram edges closer than a fine bin: two buckets in one key")
+            taken[k], buckets[k] = True, bucket
+    if np.any(end + offsets > np.iinfo(np_int).max):
+        raise RuntimeError("a fine bin's offset overflows its bits")
     tables = _TABLES[key] = _BitTables(
-        torch_int, shift, fine_bins,
-        torch.from_numpy(thresholds).to(device), torch.from_numpy(buckets).to(device))
+        torch_int, shift, fine_bins, torch.from_numpy(offsets.astype(np_int)).to(device),
+        torch.from_numpy(buckets).to(device))
     return tables
 
 
@@ -358,14 +373,14 @@ def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tenso
     # one chunk's temporaries, used by every chunk
     quotients = torch.empty(min(chunk, size), dtype=old.dtype, device=device)
     fine = torch.empty(quotients.shape, dtype=tables.int_dtype, device=device)
-    below = torch.empty_like(fine)
-    keys = torch.zeros(2 * tables.fine_bins, dtype=torch.int64, device=device)
+    key = torch.empty_like(fine)
+    keys = torch.zeros(tables.fine_bins + 1, dtype=torch.int64, device=device)
     for start in range(0, size, chunk):
         w, n = old[start:start + chunk], new[start:start + chunk]
         k = w.numel()
         bits = torch.sub(n, w, out=quotients[:k]).div_(w).view(tables.int_dtype)
         bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
-        keys += _fine_keys(bits, tables, fine[:k], below[:k])
+        keys += _key_counts(bits, tables, fine[:k], key[:k])
     counts = _counts_of_keys(keys, tables)
     # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0. Reading a count costs nothing on the
     # CPU, so there this pass runs only when the NaN bucket holds any.
@@ -427,9 +442,9 @@ def _counts_of_rows(befores: list[torch.Tensor], afters: list[torch.Tensor]) -> 
     new = torch.cat([a.reshape(-1) for a in afters])
     bits = torch.sub(new, old).div_(old).view(tables.int_dtype)
     bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
-    fine = torch.empty_like(bits)
-    _fine_key_of_each(bits, tables, fine, torch.empty_like(bits))
-    buckets = torch.index_select(tables.buckets, 0, fine.to(torch.int64))
+    key = torch.empty_like(bits)
+    _key_of_each(bits, tables, torch.empty_like(bits), key)
+    buckets = torch.index_select(tables.buckets, 0, key.to(torch.int64))
     row_of_each = torch.repeat_interleave(  # the pair of each value
         torch.arange(len(sizes), device=device), torch.tensor(sizes, device=device),
         output_size=old.numel())
@@ -456,9 +471,13 @@ def bucket_counts(values: torch.Tensor) -> torch.Tensor:
     if values.dtype not in _INT_OF:
         return _bucketized_counts(values)
     tables = _bit_tables(values.dtype, values.device)
-    bits = values.reshape(-1).view(tables.int_dtype)
-    return _counts_of_keys(_fine_keys(bits, tables, torch.empty_like(bits),
-                                      torch.empty_like(bits)), tables)
+    values = values.reshape(-1)
+    nan = torch.tensor(math.nan, dtype=values.dtype, device=values.device)
+    magnitudes = values.view(tables.int_dtype).bitwise_and(torch.iinfo(tables.int_dtype).max)
+    # -0 as 0, and negative values as a NaN, in its bucket
+    bits = torch.where(values >= 0, magnitudes, nan.view(tables.int_dtype))
+    return _counts_of_keys(_key_counts(bits, tables, torch.empty_like(bits),
+                                       torch.empty_like(bits)), tables)
 
 
 _EDGES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
@@ -482,25 +501,22 @@ def _bucketized_counts(values: torch.Tensor) -> torch.Tensor:
     return torch.bincount(ids, minlength=metadata.NUM_BUCKETS)
 
 
-def _fine_keys(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
-               below: torch.Tensor) -> torch.Tensor:
-    """int64[2 * fine_bins]: how many of the values whose bits are the vector `bits` have
-    each key of `tables.buckets`; `fine` and `below` (of the bits' shape and dtype) are
-    overwritten."""
-    _fine_key_of_each(bits, tables, fine, below)
-    return torch.bincount(fine, minlength=2 * tables.fine_bins)
+def _key_counts(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
+                key: torch.Tensor) -> torch.Tensor:
+    """int64[fine_bins + 1]: how many of the values whose bits are the vector `bits` (all
+    >= 0) have each key of `tables.buckets`; `fine` and `key` (of the bits' shape and dtype)
+    are overwritten."""
+    _key_of_each(bits, tables, fine, key)
+    return torch.bincount(key, minlength=tables.fine_bins + 1)
 
 
-def _fine_key_of_each(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
-                      below: torch.Tensor) -> None:
-    """fine := the key (an index of `tables.buckets`) of each value whose bits are the
-    vector `bits`; `below` (of the bits' shape and dtype) is overwritten."""
-    width = torch.iinfo(tables.int_dtype).bits
-    torch.bitwise_right_shift(bits, tables.shift, out=fine).bitwise_and_(tables.fine_bins - 1)
-    torch.index_select(tables.thresholds, 0, fine, out=below)
-    torch.sub(bits, below, out=below)  # within one fine bin: no overflow
-    below.bitwise_right_shift_(width - 1)  # -1 below the bin's threshold, else 0
-    fine.sub_(below, alpha=tables.fine_bins)  # the key: fine bin, + fine_bins below
+def _key_of_each(bits: torch.Tensor, tables: _BitTables, fine: torch.Tensor,
+                 key: torch.Tensor) -> None:
+    """key := the key (an index of `tables.buckets`) of each value whose bits are the vector
+    `bits` (all >= 0); `fine` (of the bits' shape and dtype) is overwritten."""
+    torch.bitwise_right_shift(bits, tables.shift, out=fine)
+    torch.index_select(tables.offsets, 0, fine, out=key)
+    key.add_(bits).bitwise_right_shift_(tables.shift)
 
 
 def _counts_of_keys(keys: torch.Tensor, tables: _BitTables) -> torch.Tensor:
