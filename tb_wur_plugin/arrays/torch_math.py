@@ -225,7 +225,7 @@ def needs_exact_norm(sums_of_squares: Any) -> np.ndarray:
     """Whether each chunked sum of squares (a float or an array of them) may have overflowed
     or lost precision to underflow: not finite but not NaN, or below _SMALLEST_SAFE_SUM."""
     sums = np.asarray(sums_of_squares, np.float64)
-    return ~((sums >= _SMALLEST_SAFE_SUM) & (sums < math.inf) | np.isnan(sums))
+    return (sums < _SMALLEST_SAFE_SUM) | (sums == math.inf)  # NaN compares false
 
 
 def checked_norms(sums_of_squares: np.ndarray,
@@ -233,8 +233,7 @@ def checked_norms(sums_of_squares: np.ndarray,
     """float64[n]: √ of each of `sums_of_squares` (float64[n]), or, where that sum may have
     overflowed or lost precision to underflow (`needs_exact_norm`), the exact norm of
     tensor_at(i) (computed only then); NaN for a NaN sum."""
-    with np.errstate(invalid="ignore"):
-        norms = np.sqrt(sums_of_squares)
+    norms = np.sqrt(sums_of_squares)  # of sums >= 0, +inf or NaN: no floating-point warning
     for i in np.flatnonzero(needs_exact_norm(sums_of_squares)):
         norms[i] = exact_norm(tensor_at(int(i)))
     return norms
