@@ -268,7 +268,7 @@ class _BitTables(NamedTuple):
     offsets: int_dtype[fine_bins]: what is added to the bits of a value of each bin to make
       (bits + offset) >> shift its key: the bin itself below the bin's boundary, the next
       one at or above it (0 or 1 << shift where no boundary lies inside the bin).
-    buckets: int64[fine_bins + 1]: the bucket of the values of each key.
+    buckets: int32[fine_bins + 1]: the bucket of the values of each key.
     """
 
     int_dtype: torch.dtype
@@ -346,7 +346,7 @@ def _bit_tables(dtype: torch.dtype, device: torch.device) -> _BitTables:
         raise RuntimeError("a fine bin's offset overflows its bits")
     tables = _TABLES[key] = _BitTables(
         torch_int, shift, fine_bins, torch.from_numpy(offsets.astype(np_int)).to(device),
-        torch.from_numpy(buckets).to(device))
+        torch.from_numpy(buckets.astype(np.int32)).to(device))
     return tables
 
 
@@ -395,9 +395,10 @@ def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tenso
 def elementwise_counts_of(befores: list[torch.Tensor],
                           afters: list[torch.Tensor]) -> list[torch.Tensor]:
     """`elementwise_counts` of each pair (befores[i], afters[i]), the same counts: tensors
-    of fewer elements than a chunk (on the CPU HISTOGRAM_CPU_CHUNK_ELEMENTS, elsewhere
-    HISTOGRAM_CHUNK_ELEMENTS), float32 or float64, are bucketed together, up to a chunk at a
-    time (a dozen ops for all of them rather than for each); the others one by one.
+    of at least one element and fewer than a chunk (on the CPU HISTOGRAM_CPU_CHUNK_ELEMENTS,
+    elsewhere HISTOGRAM_CHUNK_ELEMENTS), float32 or float64, are bucketed together, up to a
+    chunk at a time (a dozen ops for all of them rather than for each); the others one by
+    one.
 
     Args:
       befores, afters: lists of equal length; pairs of floating-point tensors of one shape,
@@ -415,7 +416,7 @@ def elementwise_counts_of(befores: list[torch.Tensor],
     filled: dict[torch.dtype, int] = {}  # the elements of each dtype's last batch
     for i, before in enumerate(befores):
         size = before.numel()
-        if before.dtype not in _INT_OF or size >= chunk:
+        if before.dtype not in _INT_OF or size >= chunk or size == 0:
             counts[i] = elementwise_counts(before, afters[i])
             continue
         batch = batches.setdefault(before.dtype, [[]])
@@ -443,12 +444,12 @@ def _counts_of_rows(befores: list[torch.Tensor], afters: list[torch.Tensor]) -> 
     bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
     key = torch.empty_like(bits)
     _key_of_each(bits, tables, torch.empty_like(bits), key)
-    buckets = torch.index_select(tables.buckets, 0, key.to(torch.int64))
+    # int32: each pair holds a value, so len(sizes) * NUM_BUCKETS < 2**31
     row_of_each = torch.repeat_interleave(  # the pair of each value
-        torch.arange(len(sizes), device=device), torch.tensor(sizes, device=device),
-        output_size=old.numel())
-    keys = buckets.add_(row_of_each * metadata.NUM_BUCKETS)
-    counts = torch.bincount(keys, minlength=len(sizes) * metadata.NUM_BUCKETS)
+        torch.arange(len(sizes), dtype=torch.int32, device=device),
+        torch.tensor(sizes, device=device), output_size=old.numel())
+    ids = torch.index_select(tables.buckets, 0, key).add_(row_of_each, alpha=metadata.NUM_BUCKETS)
+    counts = torch.bincount(ids, minlength=len(sizes) * metadata.NUM_BUCKETS)
     counts = counts.view(len(sizes), metadata.NUM_BUCKETS)
     # Δw_i = 0 = w_i made 0/0, a NaN: counted as 0 (as `elementwise_counts` does). Reading
     # a count costs nothing on the CPU, so there this pass runs only when there are NaNs.
