@@ -444,7 +444,8 @@ def _counts_of_rows(befores: list[torch.Tensor], afters: list[torch.Tensor]) -> 
     bits.bitwise_and_(torch.iinfo(tables.int_dtype).max)  # the sign bit cleared: |Δw_i / w_i|
     key = torch.empty_like(bits)
     _key_of_each(bits, tables, torch.empty_like(bits), key)
-    # int32: each pair holds a value, so len(sizes) * NUM_BUCKETS < 2**31
+    # int32 ids: each pair holds a value, a batch at most a chunk of them, so that
+    # len(sizes) * NUM_BUCKETS < 2**31
     row_of_each = torch.repeat_interleave(  # the pair of each value
         torch.arange(len(sizes), dtype=torch.int32, device=device),
         torch.tensor(sizes, device=device), output_size=old.numel())
