@@ -473,7 +473,7 @@ def bucket_counts(values: torch.Tensor) -> torch.Tensor:
         return _bucketized_counts(values)
     tables = _bit_tables(values.dtype, values.device)
     values = values.reshape(-1)
-    nan = torch.tensor(math.nan, dtype=values.dtype, device=values.device)
+    nan = torch.full((), math.nan, dtype=values.dtype, device=values.device)  # no host copy
     magnitudes = values.view(tables.int_dtype).bitwise_and(torch.iinfo(tables.int_dtype).max)
     # -0 as 0, and negative values as a NaN, in its bucket
     bits = torch.where(values >= 0, magnitudes, nan.view(tables.int_dtype))
