@@ -239,8 +239,7 @@ def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histog
 
     tensors = [torch_math.work(t) for t in [*before, *deltas]]
     n = len(before)
-    sums = torch.cat([torch_math.sums_of_squares(tensors[:n]),
-                      torch_math.sums_of_squares(tensors[n:])]).cpu().numpy()
+    sums = torch_math.sums_of_squares(tensors).cpu().numpy()
     norms = torch_math.checked_norms(sums, lambda i: tensors[i])
     counts = None
     if histograms:
