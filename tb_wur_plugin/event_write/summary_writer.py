@@ -248,15 +248,15 @@ class SummaryWriter:
                 tags.append(tag)
             self._write_summary(b"".join(parts), step, wall_time, tags)
         else:
-            self._write_scalars(values, stored, skipped, describe, shape_of, step, wall_time)
+            self._write_scalars(values, stored, skipped, describe, layer_shapes, step, wall_time)
         with self._judging:  # after the writing: a judgement never costs a written step
             self._judgement.observe(step, names, layer_shapes, stored, skipped, metric)
 
-    def _write_scalars(self, values, stored, skipped, describe, shape_of, step, wall_time):
+    def _write_scalars(self, values, stored, skipped, describe, layer_shapes, step, wall_time):
         """The ratios of one step as protocol version 2 wrote them: a scalar per layer."""
         parts = [
-            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, value, shape_of(tag))
-            for index, ((tag, _), value) in enumerate(zip(values, stored))
+            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, value, shape)
+            for index, ((tag, _), value, shape) in enumerate(zip(values, stored, layer_shapes))
         ]
         parts.append(self._scalar(
             metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
