@@ -1,6 +1,7 @@
 """Which small arrays a framework reduces together: those of one shape and dtype, stacked as
 the rows of one array (one reduction a stack, not one an array). Pure Python over the
-arrays' shapes and dtypes; TensorFlow's write path and the JAX math share it."""
+arrays' shapes and dtypes; TensorFlow's write path, the JAX math and the PyTorch snapshot
+share it."""
 
 from __future__ import annotations
 
