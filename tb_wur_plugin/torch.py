@@ -78,9 +78,10 @@ def watch(
     parameters on their device (one copy of the weights, in float32 for 16-bit ones; kept
     while the handle is active and overwritten at the next logged step, so that it is
     allocated once while the parameters' shapes, dtypes and devices stay; `remove()` frees
-    it) and the post-hook takes the norms there (float32 norms of chunks of 65,536 elements summed
-    in float64; a sum that may have overflowed or underflowed is taken again exactly) and
-    copies 2 floats per parameter to the host; the learning rate of the first parameter
+    it) and the post-hook takes the norms there (float32 norms of chunks of 32,768 elements,
+    65,536 on a GPU, summed in float64; a sum that may have overflowed or underflowed is
+    taken again exactly) and copies 2 floats per parameter to the host; the learning rate
+    of the first parameter
     group is written beside them. The other steps cost an integer comparison per hook.
 
     Several optimizers (a list or tuple of two or more, e.g. a GAN's generator and critic,
