@@ -81,8 +81,8 @@ def watch(
     it) and the post-hook takes the norms there (float32 norms of chunks of 32,768 elements,
     65,536 on a GPU, summed in float64; a sum that may have overflowed or underflowed is
     taken again exactly) and copies 2 floats per parameter to the host; the learning rate
-    of the first parameter
-    group is written beside them. The other steps cost an integer comparison per hook.
+    of the first parameter group is written beside them. The other steps cost an integer
+    comparison per hook.
 
     Several optimizers (a list or tuple of two or more, e.g. a GAN's generator and critic,
     or Lightning's manual optimization): one run, one step count over all their `step()`
