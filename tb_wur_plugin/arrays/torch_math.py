@@ -27,8 +27,10 @@ GPU_CHUNK_ELEMENTS = 1 << 16
 
 
 # A snapshot stacks the small copies of a shape where there are at least this many (fewer:
-# one reduction a stack saves less than its few more ops cost).
+# one reduction a stack saves less than its few more ops cost), of at most
+# MAX_STACKED_ELEMENTS elements each (a stack's rows are reduced a chunk at a time).
 MIN_STACK_MEMBERS = 8
+MAX_STACKED_ELEMENTS = 1 << 16
 
 
 # Histogram temporaries are bounded by bucketing this many elements at a time (one chunk's
@@ -111,8 +113,8 @@ def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
     tensors of `kept` (an earlier snapshot, reused rather than allocated again) where the
     one at the same position has the work dtype, shape, strides and device the copy would
     have; new copies of the others: those of one shape, work dtype and device, contiguous
-    and of at most CHUNK_ELEMENTS elements, at least MIN_STACK_MEMBERS of them, as the rows
-    of one new tensor (a `_Stack`), the rest by `copies`.
+    and of at most MAX_STACKED_ELEMENTS elements, at least MIN_STACK_MEMBERS of them, as
+    the rows of one new tensor (a `_Stack`), the rest by `copies`.
 
     Returns:
       The snapshot, of len(tensors): the reused tensors of `kept` and the new copies, with
@@ -131,7 +133,7 @@ def snapshot(tensors: list[torch.Tensor], kept: list[torch.Tensor]) -> Snapshot:
                  and sources[i].is_contiguous() and 0 < sources[i].numel()]
     groups, _ = stacks_by_shape(
         [(sources[i].shape, sources[i].dtype, sources[i].device) for i in stackable],
-        [sources[i].numel() for i in stackable], CHUNK_ELEMENTS)
+        [sources[i].numel() for i in stackable], MAX_STACKED_ELEMENTS)
     for group in (g for g in groups if len(g) >= MIN_STACK_MEMBERS):
         members = [stackable[j] for j in group]
         rows_of = torch.stack([sources[i] for i in members])
@@ -164,20 +166,35 @@ def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
 def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
     CHUNK_ELEMENTS elements (on a GPU GPU_CHUNK_ELEMENTS) in the tensor's precision, squared
-    and summed in float64; the copies of a `Snapshot`'s stacks (of one chunk each) by one
-    reduction over each stack's rows."""
+    and summed in float64; the copies of a `Snapshot`'s stacks by one reduction over each
+    stack's rows a chunk of CHUNK_ELEMENTS at a time (their squares summed in float64)."""
     stacks = getattr(tensors, "stacks", None)
     if not stacks:
         return _sums_of_squares(tensors)
     out = torch.empty(len(tensors), dtype=torch.float64, device=tensors[0].device)
     for stack in stacks:
-        rows = stack.rows_of.reshape(len(stack.rows_of), -1)
-        squares = torch.linalg.vector_norm(rows, dim=1).to(torch.float64).square()
+        squares = _row_sums_of_squares(stack.rows_of.reshape(len(stack.rows_of), -1))
         out.index_copy_(0, stack.member_index, squares.index_select(0, stack.row_index))
     if tensors.loose:
         out.index_copy_(0, tensors.loose_index,
                         _sums_of_squares([tensors[i] for i in tensors.loose]))
     return out
+
+
+def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
+    """float64[k]: Σx² of each row of a contiguous [k, m] tensor, from the norms of its
+    parts of at most CHUNK_ELEMENTS elements: p equal parts, one reduction over the k·p of
+    them, where p parts divide m, else one reduction per part."""
+    k, m = rows.shape
+    parts = max(-(-m // CHUNK_ELEMENTS), 1)
+    if parts == 1:
+        return torch.linalg.vector_norm(rows, dim=1).to(torch.float64).square()
+    if m % parts == 0:
+        norms = torch.linalg.vector_norm(rows.reshape(k * parts, m // parts), dim=1)
+        return norms.to(torch.float64).square().view(k, parts).sum(dim=1)
+    squares = [torch.linalg.vector_norm(rows[:, start:start + CHUNK_ELEMENTS], dim=1)
+               .to(torch.float64).square() for start in range(0, m, CHUNK_ELEMENTS)]
+    return torch.stack(squares, dim=1).sum(dim=1)
 
 
 def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
