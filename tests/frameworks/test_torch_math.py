@@ -223,6 +223,36 @@ def test_stacked_copies_larger_than_a_chunk_are_summed_a_chunk_at_a_time(monkeyp
                                rtol=1e-5)
 
 
+def test_checked_norms_of_a_snapshot_take_the_maxima_a_stack_at_a_time(monkeypatch):
+    """The tensors whose sums of squares need an exact norm (0: did not move or underflowed,
+    +inf: overflowed) have their max|x| taken together, stacked ones a stack at a time: the
+    norms are those taken one tensor at a time, for zero, underflowing (1e-25), overflowing
+    (1e30), infinite, NaN, empty and normal tensors, stacked and loose, float32 and float64."""
+    monkeypatch.setattr(torch_math, "MIN_STACK_MEMBERS", 3)
+    g = torch.Generator().manual_seed(9)
+    tensors = [torch.zeros(4, 5), torch.randn(4, 5, generator=g) * 1e-25,
+               torch.randn(4, 5, generator=g) * 1e30, torch.zeros(4, 5),
+               torch.randn(4, 5, generator=g), torch.full((4, 5), math.inf)]  # one stack
+    tensors[4][1, 2] = math.nan
+    tensors += [torch.zeros(7), torch.zeros(0), torch.randn(3, generator=g) * 1e-25,
+                torch.randn(6, dtype=torch.float64, generator=g) * 1e-170,
+                torch.randn(2, 2, generator=g)]  # loose
+    snapshot = torch_math.snapshot(tensors, [])
+    assert [s.members for s in snapshot.stacks] == [[0, 1, 2, 3, 4, 5]]
+    sums = torch_math.sums_of_squares(snapshot).numpy()
+    assert torch_math.needs_exact_norm(sums).sum() == 9
+    one_by_one = torch_math.checked_norms(sums, lambda i: snapshot[i])
+    together = torch_math.checked_norms(sums, lambda i: snapshot[i], snapshot)
+    np.testing.assert_array_equal(together, one_by_one)
+
+    def reference(t):  # numpy, float64, scaled by max|x|
+        x = t.double().numpy().ravel()
+        top = np.max(np.abs(x)) if x.size else 0.0
+        return top if top == 0 or not np.isfinite(top) else top * np.sqrt(np.sum((x / top) ** 2))
+
+    np.testing.assert_allclose(together, [reference(t) for t in tensors], rtol=1e-6)
+
+
 def test_watch_keeps_one_copy_between_logged_steps_until_removed(tmp_path, monkeypatch):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
