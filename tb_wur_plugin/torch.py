@@ -283,7 +283,7 @@ def _check_writer_judges(settings: dict[str, Any]) -> None:
 
 class _Entry(NamedTuple):
     tag: str
-    tensor: torch.Tensor  # detached
+    tensor: torch.Tensor  # the parameter itself, read under torch.no_grad() only
     shape: tuple[int, ...]
     dtype: str
 
@@ -665,8 +665,7 @@ def _parameters(model: torch.nn.Module, updates: set[int] | None = None,
         if not parameter.requires_grad or (updates is not None and id(parameter) not in updates):
             continue
         tag, dtype = shards.tag_and_dtype(name.removeprefix(prefix), parameter.dtype)
-        entries.append(_Entry(tag_prefix + tag, parameter.detach(), tuple(parameter.shape),
-                              dtype))
+        entries.append(_Entry(tag_prefix + tag, parameter, tuple(parameter.shape), dtype))
     return entries
 
 
