@@ -66,7 +66,6 @@ class Piece(NamedTuple):
 
 
 @functools.lru_cache(maxsize=65536)
-@functools.lru_cache(maxsize=1 << 16)  # a logged step looks up every parameter's again
 def tag_and_dtype(name: str, dtype: torch.dtype) -> tuple[str, str]:
     """The tag of the parameter `name` (FSDP1's `_fsdp_wrapped_module` and torch.compile's
     `_orig_mod` segments dropped, '.' → '/') and the name of `dtype`.
