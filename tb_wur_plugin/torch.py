@@ -519,7 +519,7 @@ class WatchHandle:
                 n = len(indices)
                 weight_norms[indices] = torch_math.checked_norms(
                     sums[:n], lambda k: olds[k] + news[k])
-                update_norms[indices] = torch_math.checked_norms(sums[n:], lambda k: olds[k], olds)
+                update_norms[indices] = torch_math.checked_norms(sums[n:], olds)
                 if self._spectral is not None:
                     matrices.extend((i, olds[k] + news[k], olds[k]) for k, i in enumerate(indices)
                                     if len(entries[i].shape) >= 2)

@@ -6,7 +6,7 @@ device. The fused list ops are `torch_internals.foreach`'s. Imports no TensorFlo
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -251,20 +251,25 @@ def needs_exact_norm(sums_of_squares: Any) -> np.ndarray:
     return (sums < _SMALLEST_SAFE_SUM) | (sums == math.inf)  # NaN compares false
 
 
-def checked_norms(sums_of_squares: np.ndarray, tensor_at: Callable[[int], torch.Tensor],
-                  tensors: list[torch.Tensor] | None = None) -> np.ndarray:
+def checked_norms(sums_of_squares: np.ndarray,
+                  tensors: Sequence[torch.Tensor] | Callable[[int], torch.Tensor]) -> np.ndarray:
     """float64[n]: √ of each of `sums_of_squares` (float64[n]), or, where that sum may have
     overflowed or lost precision to underflow (`needs_exact_norm`), the exact norm of
-    tensor_at(i) (computed only then); NaN for a NaN sum.
+    tensor i; NaN for a NaN sum.
 
-    `tensors`, where tensor_at(i) is tensors[i]: their max|x| are taken together first
-    (`maxima`: a `Snapshot`'s stacked ones a stack at a time), so that a tensor that is 0
-    (a layer that did not move) costs no op of its own."""
+    `tensors`: the n tensors (a list or a `Snapshot`), whose max|x| where needed are taken
+    together first (`maxima`: a snapshot's stacked ones a stack at a time), so that a
+    tensor that is 0 (a layer that did not move) costs no op of its own; or a function of i
+    that makes tensor i, called only where its exact norm is needed."""
     norms = np.sqrt(sums_of_squares)  # of sums >= 0, +inf or NaN: no floating-point warning
     unsafe = np.flatnonzero(needs_exact_norm(sums_of_squares))
-    tops = [None] * len(unsafe) if tensors is None or len(unsafe) < 2 else maxima(tensors, unsafe)
+    if callable(tensors):
+        for i in unsafe:
+            norms[i] = exact_norm(tensors(int(i)))
+        return norms
+    tops = maxima(tensors, unsafe) if len(unsafe) > 1 else [None] * len(unsafe)
     for i, top in zip(unsafe, tops):
-        norms[i] = exact_norm(tensor_at(int(i)), top)
+        norms[i] = exact_norm(tensors[int(i)], top)
     return norms
 
 
@@ -292,11 +297,10 @@ def maxima(tensors: list[torch.Tensor], indices: Any) -> np.ndarray:
         places.extend(position.pop(member) for _, member in held)
     rest = [(i, k) for i, k in position.items() if tensors[i].numel()]
     if rest:
-        parts.append(torch.stack([_max_magnitude(tensors[i]).to(torch.float64)
-                                  for i, _ in rest]))
+        parts.append(torch.stack([_max_magnitude(tensors[i]) for i, _ in rest]))
         places.extend(k for _, k in rest)
-    if parts:
-        out[places] = torch.cat([p.to(torch.float64) for p in parts]).cpu().numpy()
+    if parts:  # float32 maxima promoted to float64 where some are (exactly)
+        out[places] = torch.cat(parts).cpu().numpy()
     return out
 
 

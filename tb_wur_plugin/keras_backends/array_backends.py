@@ -240,7 +240,7 @@ def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histog
     tensors = [torch_math.work(t) for t in [*before, *deltas]]
     n = len(before)
     sums = torch_math.sums_of_squares(tensors).cpu().numpy()
-    norms = torch_math.checked_norms(sums, lambda i: tensors[i], tensors)
+    norms = torch_math.checked_norms(sums, tensors)
     counts = None
     if histograms:
         counts = torch.stack(torch_math.elementwise_counts_of(

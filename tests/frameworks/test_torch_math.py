@@ -242,7 +242,7 @@ def test_checked_norms_of_a_snapshot_take_the_maxima_a_stack_at_a_time(monkeypat
     sums = torch_math.sums_of_squares(snapshot).numpy()
     assert torch_math.needs_exact_norm(sums).sum() == 9
     one_by_one = torch_math.checked_norms(sums, lambda i: snapshot[i])
-    together = torch_math.checked_norms(sums, lambda i: snapshot[i], snapshot)
+    together = torch_math.checked_norms(sums, snapshot)
     np.testing.assert_array_equal(together, one_by_one)
 
     def reference(t):  # numpy, float64, scaled by max|x|
