@@ -107,6 +107,8 @@ class SummaryWriter:
         self._prefixes: dict[tuple, bytes] = {}
         self._packed_tags: dict[tuple, str] = {}
         self._described: set[str] = set()  # tags whose metadata this file holds
+        # the last `add_ratios` call's layers: (what names them, their shapes and descriptions)
+        self._last_layers: tuple | None = None
         self._file, self._path = _open_event_file(logdir, filename_suffix, self._local)
         self._add_event = None
         self._write_event(
@@ -135,6 +137,7 @@ class SummaryWriter:
         self._prefixes = {}
         self._packed_tags = {}
         self._described = set()
+        self._last_layers = None
         self._file = None
         self._path = None
         self._add_event = add_event
@@ -219,7 +222,7 @@ class SummaryWriter:
         """
         kind = metadata.packed_ratio_kind(metric)
         step = _check_step(step)
-        items = _check_mapping(ratios, "ratios")
+        items = _items(ratios, "ratios")
         values = [(tag, value if type(value) is float else _real_scalar(value, f"ratio of {tag!r}"))
                   for tag, value in items]
         raw = np.array([value for _, value in values], np.float64)
@@ -227,17 +230,15 @@ class SummaryWriter:
             skipped = bool(metadata.step_was_skipped(raw))
         elif not isinstance(skipped, (bool, np.bool_)):
             raise TypeError(f"skipped must be None or a bool, got {skipped!r}")
-        describe = _describer(
-            descriptions,
+        stored = _to_stored_scalars(raw)
+        names = tuple(tag for tag, _ in values)
+        layer_shapes, described = self._described_layers(
+            names, shapes, descriptions,
             metadata.spectral_description if kind == metadata.KIND_PACKED_SPECTRAL
             else metadata.ratio_description,
         )
-        shape_of = _shapes(shapes)
-        stored = _to_stored_scalars(raw)
-        names = tuple(tag for tag, _ in values)
-        layer_shapes = tuple(shape_of(t) for t in names)
         if self._packed or kind == metadata.KIND_PACKED_SPECTRAL:
-            about = (layer_shapes, tuple(describe(t) for t in names))
+            about = (layer_shapes, described)
             parts, tags = [], []
             for offset, end in metadata.packed_chunks(len(names)):
                 tag, part = self._packed_value(
@@ -248,15 +249,47 @@ class SummaryWriter:
                 tags.append(tag)
             self._write_summary(b"".join(parts), step, wall_time, tags)
         else:
-            self._write_scalars(values, stored, skipped, describe, layer_shapes, step, wall_time)
+            self._write_scalars(values, stored, skipped, described, layer_shapes, step, wall_time)
         with self._judging:  # after the writing: a judgement never costs a written step
             self._judgement.observe(step, names, layer_shapes, stored, skipped, metric)
 
-    def _write_scalars(self, values, stored, skipped, describe, layer_shapes, step, wall_time):
+    def _described_layers(
+        self, names: tuple[str, ...], shapes: Mapping[str, Any] | None,
+        descriptions: Mapping[str, str] | None, default: Callable[[str], str],
+    ) -> tuple[tuple[tuple[int, ...] | None, ...], tuple[str, ...]]:
+        """(each layer's shape, checked, or None; its description) of the layers `names`,
+        their tags checked, from `shapes` and `descriptions` as `add_ratios` takes them
+        (`default` describes a layer `descriptions` does not). A face writes the same layers
+        at every step: where the tags, `default`, and tag by tag the shapes (equal to the
+        last call's checked ones, of int dimensions: a list changed in place, or 2.0 for 2,
+        is checked again) and the descriptions are the last call's, its answer again,
+        without checking them again."""
+        if shapes is not None and not isinstance(shapes, Mapping):
+            raise TypeError(f"shapes must be a mapping {{tag: shape}}, got {shapes!r}")
+        if descriptions is not None and not isinstance(descriptions, Mapping):
+            raise TypeError(f"descriptions must be a mapping {{tag: str}}, got {descriptions!r}")
+        given = (names, default,
+                 None if shapes is None else tuple(map(shapes.get, names)),
+                 None if descriptions is None else tuple(map(descriptions.get, names)))
+        last = self._last_layers
+        if last is not None and _equal(last[0], given) and (
+                shapes is None
+                or all(type(d) is int for shape in given[2] if shape is not None for d in shape)):
+            return last[1]
+        for tag in names:
+            check_layer_tag(tag)
+        shape_of, describe = _shapes(shapes), _describer(descriptions, default)
+        layers = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
+        self._last_layers = ((names, default, None if shapes is None else layers[0], given[3]),
+                             layers)
+        return layers
+
+    def _write_scalars(self, values, stored, skipped, described, layer_shapes, step, wall_time):
         """The ratios of one step as protocol version 2 wrote them: a scalar per layer."""
         parts = [
-            self._scalar(tag, metadata.KIND_RATIO, describe(tag), index, value, shape)
-            for index, ((tag, _), value, shape) in enumerate(zip(values, stored, layer_shapes))
+            self._scalar(tag, metadata.KIND_RATIO, description, index, value, shape)
+            for index, ((tag, _), value, shape, description)
+            in enumerate(zip(values, stored, layer_shapes, described))
         ]
         parts.append(self._scalar(
             metadata.SKIPPED_STEP_TAG, metadata.KIND_SKIPPED_STEP, metadata.SKIPPED_STEP_DESCRIPTION,
@@ -573,14 +606,29 @@ def _check_step(step: Any) -> int:
 
 
 def _check_mapping(mapping: Any, what: str) -> list[tuple[str, Any]]:
+    """`_items` of `mapping`, its tags checked (`check_layer_tag`)."""
+    items = _items(mapping, what)
+    for tag, _ in items:
+        check_layer_tag(tag)
+    return items
+
+
+def _items(mapping: Any, what: str) -> list[tuple[str, Any]]:
+    """The (tag, value) items of a non-empty mapping, or a TypeError/ValueError naming it."""
     if not isinstance(mapping, Mapping):
         raise TypeError(f"{what} must be a mapping {{tag: value}}, got {type(mapping).__name__}")
     if not mapping:
         raise ValueError(f"{what} is empty: nothing to write")
-    items = list(mapping.items())
-    for tag, _ in items:
-        check_layer_tag(tag)
-    return items
+    return list(mapping.items())
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """a == b, False where comparing them raises (e.g. numpy arrays given as shapes, which
+    compare elementwise)."""
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 def _describer(descriptions: Mapping[str, str] | None, default: Callable[[str], str]):

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
 from framework_servers import both_loaders, export
-from helpers import read_events, read_packed, reference_buckets
+from helpers import event_files, load_events, read_events, read_packed, reference_buckets
 from tb_wur_plugin.tf_write import bucketing
 from tb_wur_plugin import metadata, wur_summary
 from tb_wur_plugin.arrays import numpy_math
@@ -392,6 +392,45 @@ def test_bad_input_raises_clear_errors(tmp_path, call, error, message):
     with SummaryWriter(str(tmp_path)) as writer:
         with pytest.raises(error, match=message):
             call(writer)
+
+
+def test_the_last_calls_layers_are_checked_again_where_they_changed(tmp_path):
+    """A writer takes the last call's checked shapes and descriptions again for the same
+    layers (a face writes the same ones at every step), and checks and writes anew what
+    changed: a shape list changed in place, a description; a bad shape or tag after good
+    ones of the same value is still an error."""
+    shape = [3, 2]
+    with SummaryWriter(str(tmp_path)) as writer:
+        for step in range(2):
+            writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": shape, "b": (2,)})
+        shape[0] = 4  # the same list, changed in place
+        writer.add_ratios({"w": 0.5, "b": 0.25}, 2, shapes={"w": shape, "b": (2,)})
+        for step in (3, 4):
+            writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": (4, 2), "b": (2,)},
+                              descriptions={"b": "the bias"})
+        writer.add_ratios({"w": 0.5, "b": 0.25}, 5, shapes={"w": (4, 2), "b": (2,)})
+        bad_shapes = [((2.0,), TypeError), ((True,), TypeError), ((-2,), ValueError)]
+        for step, (bad, error) in enumerate(bad_shapes, start=6):  # after the same, good
+            with pytest.raises(error, match="shape of 'b'"):
+                writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": (4, 2), "b": bad})
+            writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": (4, 2), "b": (2,)})
+        with pytest.raises(ValueError, match="reserved"):
+            writer.add_ratios({"w": 0.5, "_wur/b": 0.25}, 9, shapes={"w": (4, 2), "b": (2,)})
+    contents = read_packed(str(tmp_path)).contents
+    layers_at = {
+        event.step: [(layer.tag, layer.shape, layer.description)
+                     for layer in metadata.packed_layers(contents[value.tag])]
+        for path in event_files(str(tmp_path)) for event in load_events(path)
+        for value in event.summary.value
+        if contents.get(value.tag, {}).get("kind") == metadata.KIND_PACKED_RATIOS}
+
+    def layers(w_shape, b_description=None):
+        return [("w", w_shape, ratio_description("w")),
+                ("b", (2,), b_description or ratio_description("b"))]
+
+    assert layers_at == {0: layers((3, 2)), 1: layers((3, 2)), 2: layers((4, 2)),
+                         3: layers((4, 2), "the bias"), 4: layers((4, 2), "the bias"),
+                         **{step: layers((4, 2)) for step in (5, 6, 7, 8)}}
 
 
 def test_numbers_of_many_kinds_are_accepted(tmp_path):
