@@ -107,8 +107,9 @@ class SummaryWriter:
         self._prefixes: dict[tuple, bytes] = {}
         self._packed_tags: dict[tuple, str] = {}
         self._described: set[str] = set()  # tags whose metadata this file holds
-        # the last `add_ratios` call's layers: (what names them, their shapes and descriptions)
-        self._last_layers: tuple | None = None
+        # per kind of ratios, the last `add_ratios` call's layers: (what named them, their
+        # shapes and descriptions)
+        self._last_layers: dict[str, tuple] = {}
         self._file, self._path = _open_event_file(logdir, filename_suffix, self._local)
         self._add_event = None
         self._write_event(
@@ -137,7 +138,7 @@ class SummaryWriter:
         self._prefixes = {}
         self._packed_tags = {}
         self._described = set()
-        self._last_layers = None
+        self._last_layers = {}
         self._file = None
         self._path = None
         self._add_event = add_event
@@ -233,7 +234,7 @@ class SummaryWriter:
         stored = _to_stored_scalars(raw)
         names = tuple(tag for tag, _ in values)
         layer_shapes, described = self._described_layers(
-            names, shapes, descriptions,
+            kind, names, shapes, descriptions,
             metadata.spectral_description if kind == metadata.KIND_PACKED_SPECTRAL
             else metadata.ratio_description,
         )
@@ -254,7 +255,7 @@ class SummaryWriter:
             self._judgement.observe(step, names, layer_shapes, stored, skipped, metric)
 
     def _described_layers(
-        self, names: tuple[str, ...], shapes: Mapping[str, Any] | None,
+        self, kind: str, names: tuple[str, ...], shapes: Mapping[str, Any] | None,
         descriptions: Mapping[str, str] | None, default: Callable[[str], str],
     ) -> tuple[tuple[tuple[int, ...] | None, ...], tuple[str, ...]]:
         """(each layer's shape, checked, or None; its description) of the layers `names`,
@@ -262,8 +263,8 @@ class SummaryWriter:
         (`default` describes a layer `descriptions` does not). A face writes the same layers
         at every step: where the tags, `default`, and tag by tag the shapes (equal to the
         last call's checked ones, of int dimensions: a list changed in place, or 2.0 for 2,
-        is checked again) and the descriptions are the last call's, its answer again,
-        without checking them again."""
+        is checked again) and the descriptions are those of the last call for this `kind`
+        of ratios, its answer again, without checking them again."""
         if shapes is not None and not isinstance(shapes, Mapping):
             raise TypeError(f"shapes must be a mapping {{tag: shape}}, got {shapes!r}")
         if descriptions is not None and not isinstance(descriptions, Mapping):
@@ -271,7 +272,7 @@ class SummaryWriter:
         given = (names, default,
                  None if shapes is None else tuple(map(shapes.get, names)),
                  None if descriptions is None else tuple(map(descriptions.get, names)))
-        last = self._last_layers
+        last = self._last_layers.get(kind)
         if last is not None and _equal(last[0], given) and (
                 shapes is None
                 or all(type(d) is int for shape in given[2] if shape is not None for d in shape)):
@@ -280,8 +281,8 @@ class SummaryWriter:
             check_layer_tag(tag)
         shape_of, describe = _shapes(shapes), _describer(descriptions, default)
         layers = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
-        self._last_layers = ((names, default, None if shapes is None else layers[0], given[3]),
-                             layers)
+        self._last_layers[kind] = (
+            (names, default, None if shapes is None else layers[0], given[3]), layers)
         return layers
 
     def _write_scalars(self, values, stored, skipped, described, layer_shapes, step, wall_time):

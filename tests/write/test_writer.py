@@ -405,9 +405,10 @@ def test_the_last_calls_layers_are_checked_again_where_they_changed(tmp_path):
             writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": shape, "b": (2,)})
         shape[0] = 4  # the same list, changed in place
         writer.add_ratios({"w": 0.5, "b": 0.25}, 2, shapes={"w": shape, "b": (2,)})
-        for step in (3, 4):
+        for step in (3, 4):  # with spectral ratios between (the last call of each kind kept)
             writer.add_ratios({"w": 0.5, "b": 0.25}, step, shapes={"w": (4, 2), "b": (2,)},
                               descriptions={"b": "the bias"})
+            writer.add_ratios({"w": 0.125}, step, shapes={"w": (4, 2)}, metric="spectral")
         writer.add_ratios({"w": 0.5, "b": 0.25}, 5, shapes={"w": (4, 2), "b": (2,)})
         bad_shapes = [((2.0,), TypeError), ((True,), TypeError), ((-2,), ValueError)]
         for step, (bad, error) in enumerate(bad_shapes, start=6):  # after the same, good
