@@ -260,29 +260,25 @@ class SummaryWriter:
     ) -> tuple[tuple[tuple[int, ...] | None, ...], tuple[str, ...]]:
         """(each layer's shape, checked, or None; its description) of the layers `names`,
         their tags checked, from `shapes` and `descriptions` as `add_ratios` takes them
-        (`default` describes a layer `descriptions` does not). A face writes the same layers
-        at every step: where the tags, `default`, and tag by tag the shapes (equal to the
-        last call's checked ones, of int dimensions: a list changed in place, or 2.0 for 2,
-        is checked again) and the descriptions are those of the last call for this `kind`
-        of ratios, its answer again, without checking them again."""
-        if shapes is not None and not isinstance(shapes, Mapping):
-            raise TypeError(f"shapes must be a mapping {{tag: shape}}, got {shapes!r}")
-        if descriptions is not None and not isinstance(descriptions, Mapping):
-            raise TypeError(f"descriptions must be a mapping {{tag: str}}, got {descriptions!r}")
-        given = (names, default,
+        (`default`, the one of this `kind` of ratios, describes a layer `descriptions` does
+        not). A face writes the same layers at every step: where the tags, and tag by tag
+        the shapes (equal to the last call's checked ones, of int dimensions: a list changed
+        in place, or 2.0 for 2, is checked again) and the descriptions are those of the last
+        call for this `kind`, its answer again, without checking them again."""
+        shape_of, describe = _shapes(shapes), _describer(descriptions, default)
+        given = (names,
                  None if shapes is None else tuple(map(shapes.get, names)),
                  None if descriptions is None else tuple(map(descriptions.get, names)))
         last = self._last_layers.get(kind)
         if last is not None and _equal(last[0], given) and (
                 shapes is None
-                or all(type(d) is int for shape in given[2] if shape is not None for d in shape)):
+                or all(type(d) is int for shape in given[1] if shape is not None for d in shape)):
             return last[1]
         for tag in names:
             check_layer_tag(tag)
-        shape_of, describe = _shapes(shapes), _describer(descriptions, default)
         layers = (tuple(shape_of(t) for t in names), tuple(describe(t) for t in names))
         self._last_layers[kind] = (
-            (names, default, None if shapes is None else layers[0], given[3]), layers)
+            (names, None if shapes is None else layers[0], given[2]), layers)
         return layers
 
     def _write_scalars(self, values, stored, skipped, described, layer_shapes, step, wall_time):
