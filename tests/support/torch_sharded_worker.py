@@ -184,11 +184,8 @@ def train(rank: int, logdir: str, out_dir: str, settings: tuple[str, ...]) -> No
         "gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}",
         rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60),
     )
-    try:
-        for setting in settings:
-            run_setting(setting, rank, logdir, out_dir)
-    finally:
-        dist.destroy_process_group()
+    for setting in settings:
+        run_setting(setting, rank, logdir, out_dir)  # ends past a barrier of both ranks
     exit_without_teardown()
 
 
