@@ -34,9 +34,14 @@ MAX_STACKED_ELEMENTS = 1 << 16
 
 
 # Histogram temporaries are bounded by bucketing this many elements at a time (one chunk's
-# temporaries, reused by the next chunk); on the CPU fewer (a few MB in all).
+# temporaries, reused by the next chunk). On the CPU a large tensor's chunks are smaller:
+# the chunk's chain of ops (five arrays of it, 1.25 MB) then stays in a core's second-level
+# cache where it holds 2 MB; small tensors are bucketed together in batches of up to
+# HISTOGRAM_CPU_BATCH_ELEMENTS (fewer, larger batches: fewer ops). benchmarks/RESULTS.md
+# has the measurements.
 HISTOGRAM_CHUNK_ELEMENTS = 1 << 22
-HISTOGRAM_CPU_CHUNK_ELEMENTS = 1 << 18
+HISTOGRAM_CPU_CHUNK_ELEMENTS = 1 << 16
+HISTOGRAM_CPU_BATCH_ELEMENTS = 1 << 18
 
 
 # A chunked sum of squares below this (or not finite) may have lost precision to float
@@ -469,9 +474,9 @@ def elementwise_counts(before: torch.Tensor, after: torch.Tensor) -> torch.Tenso
 def elementwise_counts_of(befores: list[torch.Tensor],
                           afters: list[torch.Tensor]) -> list[torch.Tensor]:
     """`elementwise_counts` of each pair (befores[i], afters[i]), the same counts: tensors
-    of at least one element and fewer than a chunk (on the CPU HISTOGRAM_CPU_CHUNK_ELEMENTS,
+    of at least one element and fewer than a batch (on the CPU HISTOGRAM_CPU_BATCH_ELEMENTS,
     elsewhere HISTOGRAM_CHUNK_ELEMENTS), float32 or float64, are bucketed together, up to a
-    chunk at a time (a dozen ops for all of them rather than for each); the others one by
+    batch at a time (a dozen ops for all of them rather than for each); the others one by
     one.
 
     Args:
@@ -484,17 +489,17 @@ def elementwise_counts_of(befores: list[torch.Tensor],
     if not befores:
         return []
     device = befores[0].device
-    chunk = HISTOGRAM_CPU_CHUNK_ELEMENTS if device.type == "cpu" else HISTOGRAM_CHUNK_ELEMENTS
+    limit = HISTOGRAM_CPU_BATCH_ELEMENTS if device.type == "cpu" else HISTOGRAM_CHUNK_ELEMENTS
     counts: list[Any] = [None] * len(befores)
     batches: dict[torch.dtype, list[list[int]]] = {}  # of each dtype: its batches' members
     filled: dict[torch.dtype, int] = {}  # the elements of each dtype's last batch
     for i, before in enumerate(befores):
         size = before.numel()
-        if before.dtype not in _INT_OF or size >= chunk or size == 0:
+        if before.dtype not in _INT_OF or size >= limit or size == 0:
             counts[i] = elementwise_counts(before, afters[i])
             continue
         batch = batches.setdefault(before.dtype, [[]])
-        if filled.get(before.dtype, 0) + size > chunk:
+        if filled.get(before.dtype, 0) + size > limit:
             batch.append([])
             filled[before.dtype] = 0
         batch[-1].append(i)

@@ -320,12 +320,13 @@ def test_sums_of_squares_of_equal_magnitudes_at_the_default_chunk(threads):
 
 @pytest.mark.parametrize("chunk", [None, 3000])
 def test_counts_of_many_pairs_are_each_pairs_counts(chunk, monkeypatch):
-    """`elementwise_counts_of` buckets small pairs together (in batches of a chunk) and large
+    """`elementwise_counts_of` buckets small pairs together (in batches) and large
     ones alone: each pair's counts are `elementwise_counts`' own, for float32 and float64
     pairs mixed, adversarial values (0/0, NaN, ±inf, edges), empty and non-contiguous
     tensors, and a pair whose 0/0 is the only NaN of its batch."""
-    if chunk is not None:
-        monkeypatch.setattr(torch_math, "HISTOGRAM_CPU_CHUNK_ELEMENTS", chunk)
+    if chunk is not None:  # batches of at most 3000, the large pairs in chunks of 1000
+        monkeypatch.setattr(torch_math, "HISTOGRAM_CPU_BATCH_ELEMENTS", chunk)
+        monkeypatch.setattr(torch_math, "HISTOGRAM_CPU_CHUNK_ELEMENTS", chunk // 3)
     pairs = []
     for dtype in (torch.float32, torch.float64):
         w, new = _weights_and_updates(dtype)
