@@ -48,7 +48,7 @@ from tb_wur_plugin.event_write import (
 )
 from tb_wur_plugin.judgement.online import Flag
 from tb_wur_plugin.judgement.thresholds import DEFAULT_PATIENCE
-from tb_wur_plugin.torch_internals import foreach, grad_scaler, ranks, shards
+from tb_wur_plugin.torch_internals import grad_scaler, ranks, shards
 
 __all__ = ["watch", "WatchHandle"]
 
@@ -511,11 +511,10 @@ class WatchHandle:
                 # all of them: the snapshot itself, whose stacks are reduced a stack at a time
                 olds = before if len(indices) == len(before) else [before[i] for i in indices]
                 news = [torch_math.work(entries[i].tensor) for i in indices]
-                weight_sums = torch_math.sums_of_squares(olds)
                 if self._histograms:
                     device_counts = torch_math.elementwise_counts_of(olds, news)
-                foreach.sub_(olds, news)  # olds := w_before − w_after = −Δw
-                sums = torch.cat([weight_sums, torch_math.sums_of_squares(olds)]).cpu().numpy()
+                # olds := w_before − w_after = −Δw
+                sums = torch.cat(torch_math.subtract_with_sums(olds, news)).cpu().numpy()
                 n = len(indices)
                 weight_norms[indices] = torch_math.checked_norms(
                     sums[:n], lambda k: olds[k] + news[k])
@@ -571,12 +570,12 @@ class WatchHandle:
                             counts[i, metadata.ZERO_BUCKET] = news[i].numel()
                     continue
                 olds = [before[i] for i in indices]
-                weight_sums[index] = torch_math.sums_of_squares(olds).to(device)
                 if counts is not None:
                     for i in indices:
                         counts[i] = torch_math.elementwise_counts(before[i], news[i]).to(device)
-                foreach.sub_(olds, [news[i] for i in indices])  # := −Δw
-                update_sums[index] = torch_math.sums_of_squares(olds).to(device)
+                sums = torch_math.subtract_with_sums(olds, [news[i] for i in indices])  # := −Δw
+                weight_sums[index] = sums[0].to(device)
+                update_sums[index] = sums[1].to(device)
 
             def weight_of(i: int) -> torch.Tensor:
                 return news[i] if skipped or before[i] is None else before[i] + news[i]

@@ -25,6 +25,11 @@ CHUNK_ELEMENTS = 1 << 15
 # (`_chunks`): fewer, larger ones.
 GPU_CHUNK_ELEMENTS = 1 << 16
 
+# On the CPU, a tensor larger than this is subtracted and reduced this many elements at a
+# time (`subtract_with_sums`), so that each block is read from memory once for its norms
+# before and after the subtraction (benchmarks/RESULTS.md).
+UPDATE_BLOCK_ELEMENTS = 1 << 17
+
 
 # A snapshot stacks the small copies of a shape where there are at least this many (fewer:
 # one reduction a stack saves less than its few more ops cost), of at most
@@ -168,22 +173,94 @@ def _holds(kept: torch.Tensor, source: torch.Tensor) -> bool:
             and kept.stride() == source.stride() and kept.device == source.device)
 
 
-def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+def sums_of_squares(tensors: list[torch.Tensor],
+                    chunk_norms: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """float64[n] on the tensors' device: Σx² of each, from the norms of chunks of
     CHUNK_ELEMENTS elements (on a GPU GPU_CHUNK_ELEMENTS) in the tensor's precision, squared
     and summed in float64; the copies of a `Snapshot`'s stacks by one reduction over each
-    stack's rows a chunk of CHUNK_ELEMENTS at a time (their squares summed in float64)."""
+    stack's rows a chunk of CHUNK_ELEMENTS at a time (their squares summed in float64).
+
+    chunk_norms: of some tensors in no stack, by position, the norms of their chunks as this
+    function takes them (`_blocked_subtraction`), used instead of taking them again."""
+    chunk_norms = chunk_norms or {}
     stacks = getattr(tensors, "stacks", None)
     if not stacks:
-        return _sums_of_squares(tensors)
+        return _sums_of_squares(tensors, chunk_norms)
     out = torch.empty(len(tensors), dtype=torch.float64, device=tensors[0].device)
     for stack in stacks:
         squares = _row_sums_of_squares(stack.rows_of.reshape(len(stack.rows_of), -1))
         out.index_copy_(0, stack.member_index, squares.index_select(0, stack.row_index))
     if tensors.loose:
+        loose_norms = {j: chunk_norms[i] for j, i in enumerate(tensors.loose) if i in chunk_norms}
         out.index_copy_(0, tensors.loose_index,
-                        _sums_of_squares([tensors[i] for i in tensors.loose]))
+                        _sums_of_squares([tensors[i] for i in tensors.loose], loose_norms))
     return out
+
+
+def subtract_with_sums(olds: list[torch.Tensor],
+                       news: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """olds[i] := olds[i] − news[i], in place, with the sums of squares of the olds before
+    and after the subtraction: bit for bit `sums_of_squares(olds)` taken before
+    `foreach.sub_(olds, news)` and after it.
+
+    On the CPU, each contiguous tensor of more than UPDATE_BLOCK_ELEMENTS elements in no
+    stack is taken a block at a time (`_blocked_subtraction`): one pass over its memory
+    instead of three.
+
+    Args:
+      olds: tensors in the work dtype (or a `Snapshot` of them), all on one device.
+      news: tensors pairwise of the olds' shapes and dtypes.
+
+    Returns:
+      float64[n] each, on the device: Σold² before the subtraction, and after it.
+    """
+    blocked: list[int] = []
+    if olds and olds[0].device.type == "cpu":
+        stacked = {i for stack in getattr(olds, "stacks", ()) for i in stack.members}
+        blocked = [i for i, (old, new) in enumerate(zip(olds, news))
+                   if old.numel() > UPDATE_BLOCK_ELEMENTS and i not in stacked
+                   and old.is_contiguous() and new.is_contiguous()]
+    before, after = {}, {}
+    for i in blocked:
+        before[i], after[i] = _blocked_subtraction(olds[i], news[i])
+    weight_sums = sums_of_squares(olds, before)
+    rest = [i for i in range(len(olds)) if i not in before]
+    if len(rest) == len(olds):
+        foreach.sub_(olds, news)
+    elif rest:
+        foreach.sub_([olds[i] for i in rest], [news[i] for i in rest])
+    return weight_sums, sums_of_squares(olds, after)
+
+
+def _blocked_subtraction(old: torch.Tensor,
+                         new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """old := old − new (contiguous CPU tensors of one shape and dtype, more than
+    CHUNK_ELEMENTS elements) a block of whole chunks at a time: the block's chunk norms, its
+    subtraction and its chunk norms again while it is in the core's cache; then the last,
+    partial chunk.
+
+    Returns:
+      The norms of old's chunks (as `_sums_of_squares` takes them) before the subtraction,
+      and after it.
+    """
+    flat_old, flat_new = old.view(-1), new.view(-1)
+    rows, partial = divmod(flat_old.numel(), CHUNK_ELEMENTS)
+    norms_before = torch.empty(rows + (partial > 0), dtype=old.dtype)
+    norms_after = torch.empty_like(norms_before)
+    per_block = max(UPDATE_BLOCK_ELEMENTS // CHUNK_ELEMENTS, 1)
+    for first in range(0, rows, per_block):
+        last = min(first + per_block, rows)
+        span = slice(first * CHUNK_ELEMENTS, last * CHUNK_ELEMENTS)
+        block = flat_old[span].view(last - first, CHUNK_ELEMENTS)
+        torch.linalg.vector_norm(block, dim=1, out=norms_before[first:last])
+        block.sub_(flat_new[span].view(last - first, CHUNK_ELEMENTS))
+        torch.linalg.vector_norm(block, dim=1, out=norms_after[first:last])
+    if partial:
+        tail = flat_old[rows * CHUNK_ELEMENTS:]
+        norms_before[rows] = torch.linalg.vector_norm(tail)
+        tail.sub_(flat_new[rows * CHUNK_ELEMENTS:])
+        norms_after[rows] = torch.linalg.vector_norm(tail)
+    return norms_before, norms_after
 
 
 def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
@@ -202,8 +279,10 @@ def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
     return torch.stack(squares, dim=1).sum(dim=1)
 
 
-def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """`sums_of_squares` of tensors in no stack.
+def _sums_of_squares(tensors: list[torch.Tensor],
+                     chunk_norms: dict[int, torch.Tensor]) -> torch.Tensor:
+    """`sums_of_squares` of tensors in no stack (the chunk norms of those in `chunk_norms`
+    given, on the CPU).
 
     On a GPU the chunks' norms are one fused op. On the CPU a tensor's whole chunks are the
     rows of one matrix and their norms one reduction over its rows (a fused op's call per
@@ -225,12 +304,15 @@ def _sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
         for i, tensor in enumerate(tensors):
             if tensor.numel() <= CHUNK_ELEMENTS:
                 continue
+            owners.extend([i] * -(-tensor.numel() // CHUNK_ELEMENTS))
+            if i in chunk_norms:
+                pieces.append(chunk_norms[i])
+                continue
             flat = tensor.reshape(-1)
             whole = flat.numel() // CHUNK_ELEMENTS * CHUNK_ELEMENTS
             pieces.append(torch.linalg.vector_norm(flat[:whole].view(-1, CHUNK_ELEMENTS), dim=1))
             if whole < flat.numel():
                 pieces.append(torch.linalg.vector_norm(flat[whole:]).reshape(1))
-            owners.extend([i] * -(-flat.numel() // CHUNK_ELEMENTS))
         norms = torch.cat([p.to(torch.float64) for p in pieces])
     squares = norms.to(torch.float64).square()
     if len(owners) == len(tensors) and owners == sorted(owners):

@@ -318,6 +318,44 @@ def test_sums_of_squares_of_equal_magnitudes_at_the_default_chunk(threads):
     np.testing.assert_allclose(got.numpy(), expected, rtol=2e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_subtract_with_sums_is_the_three_passes_bit_for_bit(threads):
+    """`subtract_with_sums` at the module's own chunk and block sizes: the same subtracted
+    tensors and, bit for bit, the same sums as `sums_of_squares` before and after
+    `foreach.sub_`, for tensors taken a block at a time (whole blocks; a last block of one
+    row; a partial last chunk; float64), others not (small, not contiguous, just at
+    the block size) and a snapshot's stack, on one to four threads."""
+    chunk, block = torch_math.CHUNK_ELEMENTS, torch_math.UPDATE_BLOCK_ELEMENTS
+    generator = torch.Generator().manual_seed(5)
+    shapes = [(1024, 1024), (784, 1024), (5 * chunk + 5,), (9 * chunk,), (block + 1,),
+              (block,), (1000,), (300_000,)]
+    weights = [torch.randn(*shape, generator=generator) for shape in shapes]
+    weights[-1] = weights[-1].double() * 1e3
+    weights.append(torch.randn(600, 400, generator=generator).t())  # not contiguous
+    weights.extend(torch.randn(64, 64, generator=generator) for _ in range(8))  # one stack
+    news = [w + torch.randn(w.shape, generator=generator, dtype=w.dtype) * 1e-3 * w
+            for w in weights]
+    olds = torch_math.snapshot(weights, [])
+    assert olds.stacks and any(t.numel() > block and t.is_contiguous() for t in olds)
+    expected = torch_math.snapshot(weights, [])
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        weight_sums, update_sums = torch_math.subtract_with_sums(olds, news)
+        expected_weight_sums = torch_math.sums_of_squares(expected)
+        foreach.sub_(expected, news)
+        expected_update_sums = torch_math.sums_of_squares(expected)
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(weight_sums, expected_weight_sums)
+    assert torch.equal(update_sums, expected_update_sums)
+    for got, want in zip(olds, expected):
+        assert torch.equal(got, want)
+    reference = [float(np.sum((w.double() - n.double()).numpy() ** 2))
+                 for w, n in zip(weights, news)]
+    np.testing.assert_allclose(update_sums.numpy(), reference, rtol=1e-5)
+
+
 @pytest.mark.parametrize("chunk", [None, 3000])
 def test_counts_of_many_pairs_are_each_pairs_counts(chunk, monkeypatch):
     """`elementwise_counts_of` buckets small pairs together (in batches) and large
