@@ -318,17 +318,18 @@ def test_sums_of_squares_of_equal_magnitudes_at_the_default_chunk(threads):
     np.testing.assert_allclose(got.numpy(), expected, rtol=2e-5)
 
 
-@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
 def test_subtract_with_sums_is_the_three_passes_bit_for_bit(threads):
     """`subtract_with_sums` at the module's own chunk and block sizes: the same subtracted
     tensors and, bit for bit, the same sums as `sums_of_squares` before and after
     `foreach.sub_`, for tensors taken a block at a time (whole blocks; a last block of one
-    row; a partial last chunk; float64), others not (small, not contiguous, just at
-    the block size) and a snapshot's stack, on one to four threads."""
+    row or more; a partial last chunk; float64), others not (small, not contiguous, just at
+    the block size) and a snapshot's stack, on one to four threads (last blocks of one to
+    three rows: fewer rows than threads)."""
     chunk, block = torch_math.CHUNK_ELEMENTS, torch_math.UPDATE_BLOCK_ELEMENTS
     generator = torch.Generator().manual_seed(5)
-    shapes = [(1024, 1024), (784, 1024), (5 * chunk + 5,), (9 * chunk,), (block + 1,),
-              (block,), (1000,), (300_000,)]
+    shapes = [(1024, 1024), (784, 1024), (5 * chunk + 5,), (9 * chunk,), (6 * chunk,),
+              (7 * chunk + 3,), (block + 1,), (block,), (1000,), (300_000,)]
     weights = [torch.randn(*shape, generator=generator) for shape in shapes]
     weights[-1] = weights[-1].double() * 1e3
     weights.append(torch.randn(600, 400, generator=generator).t())  # not contiguous
