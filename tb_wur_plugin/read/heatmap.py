@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from tb_wur_plugin.judgement import threads
 from tb_wur_plugin.judgement.threads import computed_once, in_threads
 
 REDUCTIONS = ("mean_log10", "max", "min", "last")
@@ -117,19 +118,23 @@ def cell_classes(values: np.ndarray, present: np.ndarray) -> np.ndarray:
         ).astype(np.int8)
 
 
-# Cells a block of rows holds while a large matrix is reduced (bounds the temporaries, and
-# keeps a block's float64 logs in cache).
-BLOCK_CELLS = 1 << 18
+# Cells a block of rows holds while a large matrix is reduced: bounds the temporaries (a
+# block's float64 logs: 8 MB); fewer, larger blocks cost fewer numpy calls
+# (benchmarks/RESULTS.md).
+BLOCK_CELLS = 1 << 20
 
 
-# Row blocks a thread reduces in one go (reduce_columns).
+# Row blocks a thread reduces in one go (reduce_columns): at most this many, and few enough
+# that each thread has _ITEMS_PER_THREAD items (a narrow range has few blocks).
 _BLOCKS_PER_ITEM = 16
+_ITEMS_PER_THREAD = 2
 
 
-def row_blocks(shape: tuple[int, ...]):
-    """Slices of rows of a [L, S] array, each of about BLOCK_CELLS cells (one row at least)."""
+def row_blocks(shape: tuple[int, ...], least: int = 1):
+    """Slices of rows of a [L, S] array, each of about BLOCK_CELLS cells (one row at least),
+    or fewer rows so that there are `least` blocks where there are that many rows."""
     n_rows, n_cols = shape[0], shape[1] if len(shape) > 1 else 1
-    per_block = max(1, BLOCK_CELLS // max(n_cols, 1))
+    per_block = max(1, min(BLOCK_CELLS // max(n_cols, 1), -(-n_rows // least)))
     return [slice(r, min(r + per_block, n_rows)) for r in range(0, n_rows, per_block)]
 
 
@@ -237,11 +242,13 @@ def reduce_columns(
             values[rows], missing[rows] = _reduce_rows(
                 matrix.values[rows], matrix.present[rows], classes[rows], spans, reduction)
 
-    # each thread's share of the rows in a few items (the Python between numpy's loops holds
-    # the GIL: many small items would take turns at it)
-    blocks = row_blocks(matrix.values.shape)
-    for _ in in_threads(reduce_blocks, [blocks[i:i + _BLOCKS_PER_ITEM]
-                                        for i in range(0, len(blocks), _BLOCKS_PER_ITEM)]):
+    # blocks of the range's cells; each thread's share of the rows in a few items (the Python
+    # between numpy's loops holds the GIL: many small items would take turns at it)
+    items = threads.THREADS * _ITEMS_PER_THREAD
+    blocks = row_blocks((n_layers, spans.stop - spans.base), items)
+    per_item = max(1, min(_BLOCKS_PER_ITEM, len(blocks) // items))
+    for _ in in_threads(reduce_blocks, [blocks[i:i + per_item]
+                                        for i in range(0, len(blocks), per_item)]):
         pass
     return values, missing
 

@@ -253,6 +253,36 @@ def test_reducing_in_blocks_of_rows_by_threads_changes_nothing(monkeypatch, redu
         np.testing.assert_array_equal(getattr(held, field), getattr(held_whole, field))
 
 
+def test_a_range_is_reduced_in_blocks_of_its_own_cells(monkeypatch):
+    """A reduction's row blocks hold about BLOCK_CELLS cells of the range asked (not of the
+    run's whole rows), and a range of few cells is still cut into two blocks a thread."""
+    matrix = heatmap.RunMatrix.from_series(
+        _random_matrix(np.random.default_rng(4), n_layers=40, n_steps=1000), [])
+    columns = heatmap.make_columns(matrix.steps, 300, 449, 10)
+    width = int(np.count_nonzero((matrix.steps >= 300) & (matrix.steps <= 449)))
+    assert 0 < 4 * width < len(matrix.steps)
+    whole = heatmap.reduce_columns(matrix, columns, "mean_log10")
+    rows_of_blocks = []
+    reduce_rows = heatmap._reduce_rows
+
+    def recorded(v, *args):
+        rows_of_blocks.append(len(v))
+        return reduce_rows(v, *args)
+
+    monkeypatch.setattr(heatmap, "_reduce_rows", recorded)
+    monkeypatch.setattr(threads, "THREADS", 2)
+    monkeypatch.setattr(heatmap, "BLOCK_CELLS", 4 * width)
+    got = heatmap.reduce_columns(matrix, columns, "mean_log10")
+    assert sorted(rows_of_blocks) == [4] * 10
+    monkeypatch.setattr(heatmap, "BLOCK_CELLS", 1 << 20)  # the range in one block, but
+    rows_of_blocks.clear()
+    again = heatmap.reduce_columns(matrix, columns, "mean_log10")
+    assert sorted(rows_of_blocks) == [10] * 4  # two blocks for each of the two threads
+    for reduced in (got, again):
+        np.testing.assert_array_equal(reduced[0], whole[0])
+        np.testing.assert_array_equal(reduced[1], whole[1])
+
+
 @pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
 def test_a_column_of_more_than_65535_steps_reduces_exactly(reduction):
     """Counts of a column's classes are summed in 16-bit fields of one int64 unless a
