@@ -305,6 +305,8 @@ def _reduce_rows(
         count = _class_counts(classes, per_column, int((hi - lo).max(initial=0)))
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
     if reduction == "last":
+        if stop == base:  # no step in the range: every cell missing
+            return np.full((n_layers, n_columns), np.nan), missing
         index = np.where(present, np.arange(base, stop), -1)
         last_index = np.maximum.accumulate(index, axis=1)[:, np.maximum(hi - 1 - base, 0)]
         out = np.take_along_axis(

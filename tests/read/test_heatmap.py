@@ -144,12 +144,13 @@ def test_held_cells_take_any_ratio_and_binned_columns_hold_too():
         filled[0], [np.nan, np.nan, np.nan, 0, 0, 0, 0, np.inf, np.inf, np.inf, np.float32(1e-3)])
 
 
-def test_an_empty_range_is_one_missing_column():
+@pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
+def test_an_empty_range_is_one_missing_column(reduction):
     matrix = heatmap.RunMatrix.from_series([("a", np.array([0, 10]), np.array([1e-3, 2e-3]))])
     columns = heatmap.make_columns(matrix.steps, 3, 7, 100)
     assert len(columns.start) == 1 and columns.count[0] == 0
-    values, missing = heatmap.reduce_columns(matrix, columns, "mean_log10")
-    assert missing.all()
+    values, missing = heatmap.reduce_columns(matrix, columns, reduction)
+    assert missing.all() and np.isnan(values).all()
 
 
 def test_encoding_rounds_to_three_significant_digits_like_javascript():

@@ -145,6 +145,21 @@ def test_heatmap_of_a_run_logged_every_second_step_has_a_column_per_logged_step(
     assert not len(arrays[header["runs"][0]["held"]])
 
 
+@pytest.mark.parametrize("reduction", ["mean_log10", "max", "min", "last"])
+def test_heatmap_of_a_range_between_two_logged_steps_is_one_column_of_held_cells(backend,
+                                                                                reduction):
+    """A range without a logged step (the run logs every second step) is one column: the
+    layer that logged before and after it holds its step-2 ratio, the one added at step 6 is
+    missing; by every reduction."""
+    header, arrays = backend.heatmap(run="grown", start=3, end=3, reduction=reduction)
+    assert header["columns"] == 1 and int(arrays["column_count"].sum()) == 0
+    run = header["runs"][0]
+    codes = arrays[run["codes"]]
+    assert codes.shape == (2,) and codes[1] == heatmap_wire.CODE_MISSING
+    assert codes[0] >= heatmap_wire.FIRST_VALUE_CODE
+    assert list(arrays[run["held"]]) == [0, 0, 1] and list(arrays[run["held_from"]]) == [2]
+
+
 def test_heatmap_of_the_widest_range(backend):
     header, arrays = backend.heatmap(run="alpha", start=-(2**62), end=2**62, columns=3)
     assert header["columns"] == 3 and int(arrays["column_count"].sum()) == 12
