@@ -399,13 +399,16 @@ def hold_gaps(
         return values, missing, Held.none()
     lo = np.searchsorted(matrix.steps, columns.start)  # first step index in each column
     hi = np.searchsorted(matrix.steps, np.append(columns.start[1:], columns.end + 1))
-    source = np.empty(missing.shape, np.int64)  # [L, C]: last logged index before the column
-    layer_last = np.empty(len(matrix.tags), np.int64)
-    for rows in row_blocks(matrix.values.shape):
-        index = np.where(matrix.present[rows], np.arange(n_steps, dtype=np.int32), np.int32(-1))
-        last_at = np.maximum.accumulate(index, axis=1)  # last logged index ≤ s
-        source[rows] = np.where(lo > 0, last_at[:, np.maximum(lo - 1, 0)], -1)
-        layer_last[rows] = last_at[:, -1]
+    # of the layers with a missing cell (the others hold none): the last logged index before
+    # each column (-1: none), and the layer's last logged index
+    source = np.full(missing.shape, -1, np.int64)  # [L, C]
+    layer_last = np.full(len(matrix.tags), -1, np.int64)
+    for row in np.flatnonzero(missing.any(axis=1)):
+        logged = np.flatnonzero(matrix.present[row])
+        if len(logged):
+            before = np.searchsorted(logged, lo) - 1  # the last logged index < lo
+            source[row] = np.where(before >= 0, logged[np.maximum(before, 0)], -1)
+            layer_last[row] = logged[-1]
     held = missing & (source >= 0) & (layer_last[:, None] >= hi[None, :])
     if not held.any():
         return values, missing, Held.none()

@@ -144,6 +144,50 @@ def test_held_cells_take_any_ratio_and_binned_columns_hold_too():
         filled[0], [np.nan, np.nan, np.nan, 0, 0, 0, 0, np.inf, np.inf, np.inf, np.float32(1e-3)])
 
 
+def test_held_cells_are_those_of_their_definition_on_random_runs():
+    """hold_gaps against its definition, cell by cell, on random runs (layers logged at
+    random steps, some never, columns of one or several steps): a cell missing from the
+    reduction is held when its layer logged a step before the column and its last logged
+    step is at or after the column's end; it then shows the ratio of that earlier step."""
+    rng = np.random.default_rng(8)
+    held_any = 0
+    for _ in range(60):
+        n_layers, n_steps = int(rng.integers(1, 8)), int(rng.integers(1, 120))
+        steps = np.sort(rng.choice(np.arange(3 * n_steps), size=n_steps, replace=False))
+        values = (10.0 ** rng.uniform(-6, 0, size=(n_layers, n_steps))).astype(np.float32)
+        values[rng.random(values.shape) < 0.1] = np.nan
+        present = rng.random(values.shape) < rng.uniform(0.05, 1.0)
+        present[int(rng.integers(n_layers))] &= rng.random() < 0.7  # sometimes a layer never logs
+        matrix = heatmap.RunMatrix(tuple(f"l{i}" for i in range(n_layers)), steps, values,
+                                   present, None)
+        start = int(rng.integers(0, 3 * n_steps))
+        end = int(rng.integers(start, 3 * n_steps + 2))
+        columns = heatmap.make_columns(matrix.steps, start, end, int(rng.integers(1, 40)))
+        reduced, missing = heatmap.reduce_columns(matrix, columns, "last")
+        filled, still_missing, held = heatmap.hold_gaps(matrix, columns, reduced, missing)
+        ends = np.append(columns.start[1:], columns.end + 1)
+        expected_steps = {}
+        for row in range(n_layers):
+            logged = matrix.steps[present[row]]
+            for k, (first, stop) in enumerate(zip(columns.start, ends)):
+                earlier = logged[logged < first]
+                if missing[row, k] and len(earlier) and logged[-1] >= stop:
+                    expected_steps[row, k] = int(earlier[-1])
+        got_steps = {(int(r), int(k)): int(s)
+                     for r, f, n, s in zip(held.rows, held.first, held.count, held.step)
+                     for k in range(f, f + n)}
+        assert got_steps == expected_steps
+        for (row, k), step in expected_steps.items():
+            np.testing.assert_array_equal(filled[row, k],
+                                          values[row, np.searchsorted(steps, step)])
+        np.testing.assert_array_equal(still_missing,
+                                      missing & ~np.isin(np.arange(missing.size).reshape(
+                                          missing.shape), [r * missing.shape[1] + k
+                                                           for r, k in expected_steps]))
+        held_any += len(expected_steps)
+    assert held_any > 100
+
+
 @pytest.mark.parametrize("reduction", heatmap.REDUCTIONS)
 def test_an_empty_range_is_one_missing_column(reduction):
     matrix = heatmap.RunMatrix.from_series([("a", np.array([0, 10]), np.array([1e-3, 2e-3]))])
