@@ -235,6 +235,8 @@ def reduce_columns(
     values = np.full((n_layers, n_columns), np.nan)
     missing = np.ones((n_layers, n_columns), bool)
     spans = _Spans.of(matrix.steps, columns)
+    if spans.stop == spans.base:  # no step in the range: every cell missing
+        return values, missing
     classes = matrix.classes  # (computed once, before the threads read it)
 
     def reduce_blocks(blocks: list[slice]) -> None:
@@ -290,8 +292,7 @@ def _reduce_rows(
         """ufunc over each column's steps [lo, hi) of `array` ([L, stop - base]); `neutral`
         if none."""
         out = np.full((n_layers, n_columns), neutral, dtype or array.dtype)
-        if stop > base:
-            out[:, :reduced] = ufunc.reduceat(array, starts, axis=1, dtype=dtype)
+        out[:, :reduced] = ufunc.reduceat(array, starts, axis=1, dtype=dtype)
         out[:, ~nonempty] = neutral
         return out
 
@@ -305,8 +306,6 @@ def _reduce_rows(
         count = _class_counts(classes, per_column, int((hi - lo).max(initial=0)))
     missing = (count[POSITIVE] + count[ZERO] + count[INF] + count[BROKEN]) == 0
     if reduction == "last":
-        if stop == base:  # no step in the range: every cell missing
-            return np.full((n_layers, n_columns), np.nan), missing
         index = np.where(present, np.arange(base, stop), -1)
         last_index = np.maximum.accumulate(index, axis=1)[:, np.maximum(hi - 1 - base, 0)]
         out = np.take_along_axis(
