@@ -44,6 +44,8 @@ _BY_PEERS = ("peers_ok", "confirmed")
 # Facts of a block besides those (cells.Cells' bool fields).
 _FACTS = ("present", "skipped", "judged", "finite", "positive", "broken", "infinite",
           "nonfinite", "below", "above", "out_of_band", "run_moving", "moved_before")
+# The facts that hold only at logged cells.
+_LOGGED_ONLY = frozenset(_FACTS + _BY_PEERS) - {"run_moving", "moved_before"}
 # Steps of one float32 ulp that `_largest` / `_smallest` take at most from their estimate.
 _MAX_STEPS = 64
 
@@ -87,6 +89,18 @@ def in_float32(dtype: np.dtype, conditions: dict[str, table.Condition]) -> bool:
     """Whether `conditions_of` computes `conditions` on ratios of `dtype` here (else by
     cells_of: float64 facts of every cell)."""
     return dtype == np.float32 and all(map(_computed_here, conditions.values()))
+
+
+def only_where_logged(condition: table.Condition) -> bool:
+    """Whether `condition` holds at no cell without a logged ratio (it reads a fact that
+    implies one: every fact but run_moving and moved_before, or the peers' gap), so that a
+    layer logged at no step of a block holds it nowhere there."""
+    terms = (condition,) if isinstance(condition, str) else \
+        condition.terms if isinstance(condition, table.All) else ()
+    return any(
+        (isinstance(t, str) and t in _LOGGED_ONLY)
+        or (isinstance(t, table.Compare) and t.fact == "gap")
+        for t in terms)
 
 
 def _computed_here(condition: table.Condition) -> bool:

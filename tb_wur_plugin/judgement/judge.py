@@ -34,7 +34,7 @@ import numpy as np
 
 from tb_wur_plugin import metadata
 from tb_wur_plugin.judgement import reasons as table
-from tb_wur_plugin.judgement.blocks import conditions_of, in_float32
+from tb_wur_plugin.judgement.blocks import conditions_of, in_float32, only_where_logged
 from tb_wur_plugin.judgement.cells import (
     group_medians,
     others_at_least,
@@ -344,13 +344,29 @@ class _JudgedRun:
         self._last = {key: np.full(n_layers, -1) for key in _SPANS}
         cells = _BLOCK_CELLS if in_float32(matrix.values.dtype, sources) else _BLOCK_CELLS // 8
         width = max(8, (cells // max(n_layers, 1)) // 8 * 8)
+        # a layer logged at no step of a block (not yet added, or left) is left out of it
+        # when every condition then holds nowhere in its row
+        leave_out = all(map(only_where_logged, sources.values()))
 
-        def block(c0: int) -> tuple[int, int, dict]:
+        def block(c0: int) -> tuple[int, int, np.ndarray | slice, dict]:
             c1 = min(c0 + width, n_steps)
-            return c0, c1, conditions_of(
-                matrix.values[:, c0:c1], matrix.present[:, c0:c1], skipped_steps[c0:c1],
-                group_rows, counting_band, first_move, c0,
-                None if moving is None else moving[:, c0:c1], sources,
+            present = matrix.present[:, c0:c1]
+            rows: np.ndarray | slice = slice(None)
+            groups = group_rows
+            if leave_out and not (logged := present.any(axis=1)).all():
+                kept = np.flatnonzero(logged)
+                if not len(kept):
+                    return c0, c1, kept, dict.fromkeys(sources, False)
+                rows = slice(kept[0], kept[-1] + 1) \
+                    if kept[-1] - kept[0] + 1 == len(kept) else kept
+                index = np.full(n_layers, -1)
+                index[kept] = np.arange(len(kept))
+                groups = [g for g in ([int(index[i]) for i in group if index[i] >= 0]
+                                      for group in group_rows) if g]
+            return c0, c1, rows, conditions_of(
+                matrix.values[rows, c0:c1], present[rows], skipped_steps[c0:c1], groups,
+                counting_band, first_move[rows], c0,
+                None if moving is None else moving[rows, c0:c1], sources,
             )
 
         for judged in in_threads(block, range(0, n_steps, width)):
@@ -360,13 +376,17 @@ class _JudgedRun:
         self._every = np.ones(n_steps, bool)
         self._every.flags.writeable = False
 
-    def _keep(self, c0: int, c1: int, holds: dict[str, bool | np.ndarray]) -> None:
+    def _keep(self, c0: int, c1: int, rows: np.ndarray | slice,
+              holds: dict[str, bool | np.ndarray]) -> None:
         """Keeps the conditions of the block of columns [c0, c1) (the blocks in order) as
-        bits, and each row's count of them, first and last column (_SPANS)."""
+        bits, and each row's count of them, first and last column (_SPANS). `holds` covers
+        the block's `rows` (a slice or row indices); its other rows hold nothing."""
         n_layers, n_steps = self.matrix.values.shape
+        some_rows = not (isinstance(rows, slice) and rows == slice(None))
+        block_bytes = slice(c0 // 8, -(-c1 // 8))
         for key, where in holds.items():
             everywhere_before = self._everywhere[key]
-            if where is not True:
+            if where is not True or some_rows:
                 self._everywhere[key] = False
             if where is False:
                 continue  # (the bits start all 0: most conditions hold nowhere)
@@ -378,23 +398,28 @@ class _JudgedRun:
                 if everywhere_before:  # (no bits kept while it held at every cell)
                     self._bits[key][:, :c0 // 8] = 255
             if key in self._bits:
-                self._bits[key][:, c0 // 8:-(-c1 // 8)] = 255 if packed is None else packed
+                self._bits[key][rows, block_bytes] = 255 if packed is None else packed
+            counts = self._counts[key]
             if packed is None:
-                self._counts[key] += c1 - c0
+                counts[rows] += c1 - c0
                 if key in self._first:
-                    self._first[key][self._first[key] < 0] = c0
-                    self._last[key][:] = c1 - 1
+                    first = self._first[key]
+                    first[rows] = np.where(first[rows] < 0, c0, first[rows])
+                    self._last[key][rows] = c1 - 1
                 continue
-            self._counts[key] += np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
+            counts[rows] += np.bitwise_count(packed).sum(axis=1, dtype=np.int64)
             if key in self._first:  # (from the bytes: c0 is a multiple of 8)
                 some = packed != 0
-                rows = np.flatnonzero(some.any(axis=1))
-                first_byte = np.argmax(some[rows], axis=1)
-                last_byte = packed.shape[1] - 1 - np.argmax(some[rows, ::-1], axis=1)
-                first = c0 + 8 * first_byte + _FIRST_BIT[packed[rows, first_byte]]
-                start = self._first[key][rows]
-                self._first[key][rows] = np.where(start < 0, first, start)
-                self._last[key][rows] = c0 + 8 * last_byte + _LAST_BIT[packed[rows, last_byte]]
+                hit = np.flatnonzero(some.any(axis=1))
+                first_byte = np.argmax(some[hit], axis=1)
+                last_byte = packed.shape[1] - 1 - np.argmax(some[hit, ::-1], axis=1)
+                first = c0 + 8 * first_byte + _FIRST_BIT[packed[hit, first_byte]]
+                last = c0 + 8 * last_byte + _LAST_BIT[packed[hit, last_byte]]
+                if some_rows:
+                    hit = np.arange(n_layers)[rows][hit]  # (the run's rows)
+                start = self._first[key][hit]
+                self._first[key][hit] = np.where(start < 0, first, start)
+                self._last[key][hit] = last
 
     def count(self, name: str, row: int) -> int:
         """The columns of `row` at which the condition `name` holds."""

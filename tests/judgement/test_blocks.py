@@ -152,3 +152,24 @@ def test_order_statistics_are_np_sorts(n_rows):
         known = ks < count[None, :]
         np.testing.assert_array_equal(got[known], want[known])
         assert np.all(np.isnan(got[~known]) | (got[~known] == np.inf))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_only_where_logged_conditions_hold_at_no_missing_cell(seed):
+    """`only_where_logged` names the conditions cells_of never holds at a cell without a
+    logged ratio (whatever the value there), and not run_moving or moved_before, which do."""
+    rng = np.random.default_rng(200 + seed)
+    seen_at_missing = set()
+    for _ in range(10):
+        values, present, skipped, group_rows = random_block(rng, always_nan_where_missing=False)
+        moved_before = rng.random(values.shape) < 0.5
+        cells = cells_of(values, present, skipped, group_rows, DEFAULT_BAND, moved_before,
+                         rng.random(values.shape) < 0.3)
+        for key, condition in CONDITIONS.items():
+            at_missing = table.evaluate(condition, cells) & ~present
+            if blocks.only_where_logged(condition):
+                assert not at_missing.any(), key
+            elif at_missing.any():
+                seen_at_missing.add(key)
+    assert {"run_moving", "moved_before"} <= seen_at_missing
+    assert not any(map(blocks.only_where_logged, ("run_moving", "moved_before")))

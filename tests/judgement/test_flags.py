@@ -383,6 +383,33 @@ def test_judging_in_blocks_of_steps_changes_nothing(monkeypatch):
         monkeypatch.undo() or judgement.judge_layers(matrix, 1e-4, 1e-2, 3, kinds))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_layer_absent_from_a_block_is_left_out_of_it_with_the_same_judgement(
+        monkeypatch, seed):
+    """Layers added or removed mid-run (absent from whole blocks of steps, in a group that
+    then has too few peers) are left out of those blocks: the same layers as judging every
+    row of every block, each field and text."""
+    rng = np.random.default_rng(seed)
+    n, kinds = 96, [M, M, M, M, V, V, V]
+    series = []
+    for i, kind in enumerate(kinds):
+        values = 10.0 ** rng.normal(-3 if kind == M else -2, 0.4, n)
+        values[rng.random(n) < 0.02] = rng.choice([0.0, math.nan, math.inf, 1e-10, 0.7])
+        start, stop = sorted(rng.integers(0, n, 2)) if rng.random() < 0.6 else (0, n)
+        keep = np.zeros(n, bool)
+        keep[start:stop + 1] = True
+        keep &= rng.random(n) > (0.1 if i == 0 else 0.0)  # (one layer gapped too)
+        series.append((f"{kind}{i}", np.flatnonzero(keep), values[keep]))
+    matrix = heatmap.RunMatrix.from_series(series, [5, 6, 50])
+    assert not matrix.present.all(axis=1).all()
+    monkeypatch.setattr(judgement, "_BLOCK_CELLS", 8 * len(kinds))  # blocks of 8 steps
+    for settings in [(None, None, 3), (1e-4, 1e-2, 2)]:
+        left_out = judgement.judge_layers(matrix, *settings, kinds)
+        with monkeypatch.context() as every_row:
+            every_row.setattr(judgement, "only_where_logged", lambda condition: False)
+            assert judgement.judge_layers(matrix, *settings, kinds) == left_out
+
+
 def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
     """The Frobenius ratios as evidence that the run moves, per spectral layer and step: a
     layer's own Frobenius row does not count, steps the reference lacks are False, skipped
