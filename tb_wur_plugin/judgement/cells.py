@@ -259,23 +259,20 @@ def order_statistics(values: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 def _sorted_columns(values: np.ndarray, split: int) -> np.ndarray:
     """[C, R]: each column of `values` [R, C], its rows before `split` ascending and those
-    from it ascending, NaN last in each (transposed _TILE columns at a time through one
-    buffer, copied by rows first: reading a large matrix's columns across its rows, or
-    transposing more than the caches hold, is slow)."""
+    from it ascending, NaN last in each (transposed _ROWS rows at a time: each of them read
+    whole, each column written _ROWS values at a time; a transposition of the whole matrix
+    at once, or of narrow tiles of its columns, is slower once it outgrows the caches)."""
     n_rows, n_cols = values.shape
     columns = np.empty((n_cols, n_rows), values.dtype)
-    tile = np.empty((n_rows, min(_TILE, n_cols)), values.dtype)
-    for c0 in range(0, n_cols, _TILE):
-        width = min(_TILE, n_cols - c0)
-        np.copyto(tile[:, :width], values[:, c0:c0 + width])
-        columns[c0:c0 + width] = tile[:, :width].T
+    for r0 in range(0, n_rows, _ROWS):
+        columns[:, r0:r0 + _ROWS] = values[r0:r0 + _ROWS].T
     columns[:, :split].sort(axis=1)
     if split < n_rows:
         columns[:, split:].sort(axis=1)
     return columns
 
 
-_TILE = 64
+_ROWS = 64
 
 
 def _run_of_two(a: np.ndarray, b: np.ndarray, k: np.ndarray, m: int) -> np.ndarray:
