@@ -46,6 +46,7 @@ class Logger:
             )
         self._histograms = histograms
         self._spectral = SpectralState() if spectral else None
+        self._kept: list[Any] = []  # PyTorch: the last snapshot, whose copies the next reuses
         self._flush_seconds = None if flush_millis is None else flush_millis / 1000
         self._last_flush = time.monotonic()
         self._writer = SummaryWriter(os.path.join(log_dir, "train"), **judging)
@@ -70,12 +71,15 @@ class Logger:
     def snapshot(self, watched: list[Watched], values: list[Any] | None = None) -> list[Any]:
         """Copies of the variables' values (or of `values`, theirs in a JAX trainer's state)
         on their device (the JAX trainer donates the arrays it trains with; PyTorch's
-        optimizers update in place)."""
+        optimizers update in place). On PyTorch, `torch_math.snapshot` as `watch` takes it:
+        written into the copies of the last snapshot (a logged step allocates no new memory),
+        so a snapshot is good until the next one is taken."""
         if self._backend == "jax":
             return _jax_copies(
                 [w.variable.value for w in watched] if values is None else values
             )
-        return [w.variable.value.detach().clone() for w in watched]
+        self._kept = _torch_snapshot([w.variable.value for w in watched], self._kept)
+        return self._kept
 
     def learning_rate(self, rate: float, step: int) -> None:
         self._writer.add_learning_rate(rate, step)
@@ -92,9 +96,12 @@ class Logger:
         if self._backend == "jax":
             updates = _jax_differences(before, after)
             ratios, counts = _jax_ratios(before, updates, self._histograms)
-        else:
-            updates = [a.detach() - b for b, a in zip(before, after)]
-            ratios, counts = _torch_ratios(before, after, updates, self._histograms)
+            weights = before
+        else:  # the snapshot `before` becomes −Δw (as in `watch`); the weights: −Δw + w
+            ratios, counts, news = _torch_ratios(before, after, self._histograms)
+            updates = before
+            weights = [updates[i] + news[i] if len(news[i].shape) >= 2 else None
+                       for i in range(len(news))] if self._spectral is not None else []
         layers = [
             LoggedLayer(w.tag, tuple(w.variable.shape), str(w.variable.dtype)) for w in watched
         ]
@@ -103,7 +110,7 @@ class Logger:
         if self._spectral is not None and matrices:
             kernel = _jax_spectral() if self._backend == "jax" else _torch_spectral()
             values = kernel.spectral_ratios(
-                [layers[i].tag for i in matrices], [before[i] for i in matrices],
+                [layers[i].tag for i in matrices], [weights[i] for i in matrices],
                 [updates[i] for i in matrices], self._spectral, TRAILING_FAN_OUT,
             )
             spectral = {i: float(r) for i, r in zip(matrices, values)}
@@ -230,19 +237,31 @@ def _torch_spectral() -> Any:
     return torch_spectral
 
 
-def _torch_ratios(before: list[Any], after: list[Any], deltas: list[Any], histograms: bool):
-    """float64 ratios (norms from `torch_math.sums_of_squares` on the device, as `watch`
-    takes them, one transfer) and int64 counts, of the updates `deltas` = after − before."""
+def _torch_snapshot(values: list[Any], kept: list[Any]) -> list[Any]:
+    """`torch_math.snapshot` of the variables' values, written into `kept` where it fits."""
     import torch
 
     from tb_wur_plugin.arrays import torch_math
 
-    tensors = [torch_math.work(t) for t in [*before, *deltas]]
-    n = len(before)
-    sums = torch_math.sums_of_squares(tensors).cpu().numpy()
-    norms = torch_math.checked_norms(sums, tensors)
-    counts = None
-    if histograms:
-        counts = torch.stack(torch_math.elementwise_counts_of(
-            list(before), [a.detach() for a in after])).cpu().numpy()
-    return ratios_from_norms(norms[n:], norms[:n]), counts
+    with torch.no_grad():
+        return torch_math.snapshot(values, kept)
+
+
+def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
+    """float64 ratios and int64 counts of the update from `before` (a `_torch_snapshot`,
+    which then holds −Δw) to `after`, as `watch` takes them (`torch_math.subtract_with_sums`
+    on the device, one transfer); and the values after, in the work dtype."""
+    import torch
+
+    from tb_wur_plugin.arrays import torch_math
+
+    with torch.no_grad():
+        news = [torch_math.work(a.detach()) for a in after]
+        counts = None
+        if histograms:
+            counts = torch.stack(torch_math.elementwise_counts_of(before, news)).cpu().numpy()
+        sums = torch.cat(torch_math.subtract_with_sums(before, news)).cpu().numpy()
+        n = len(news)
+        weight_norms = torch_math.checked_norms(sums[:n], lambda i: before[i] + news[i])
+        update_norms = torch_math.checked_norms(sums[n:], before)
+    return ratios_from_norms(update_norms, weight_norms), counts, news

@@ -235,3 +235,36 @@ def test_torch_steps_per_execution_above_one_is_refused(steps_per_execution):
     assert "steps_per_execution=2 on Keras's torch backend" in errors["callback"]
     assert "refuses steps_per_execution > 1" in errors["callback"]
     assert errors["files"] == []
+
+
+
+_SNAPSHOT_SCRIPT = """
+import json, tempfile
+import keras, numpy as np
+from tb_wur_plugin.keras_backends.array_backends import Logger
+model = keras.Sequential([keras.Input((300,)), keras.layers.Dense(600), keras.layers.Dense(3)])
+model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+x, y = np.ones((4, 300), "float32"), np.zeros((4, 3), "float32")
+logger = Logger(model, tempfile.mkdtemp(), None, False, False, {})
+watched = Logger.watched(model)
+storages = []
+for step in range(3):
+    before = logger.snapshot(watched)
+    storages.append([t.data_ptr() for t in before])
+    model.train_on_batch(x, y)
+    logger.record(watched, before, step)
+logger.close()
+print(json.dumps(storages))
+"""
+
+
+def test_torch_snapshots_reuse_their_copies():
+    """On PyTorch a logged step's snapshot is written into the last one's copies: no new
+    memory at each logged step, as with `watch` (the ratios: the tests above)."""
+    env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.run([sys.executable, "-c", _SNAPSHOT_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    first, *later = json.loads(worker.stdout.strip().splitlines()[-1])
+    assert len(first) == 4 and all(storages == first for storages in later)
