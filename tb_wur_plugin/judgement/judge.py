@@ -348,8 +348,7 @@ class _JudgedRun:
         # when every condition then holds nowhere in its row
         leave_out = all(map(only_where_logged, sources.values()))
 
-        def block(c0: int) -> tuple[int, int, np.ndarray | slice, dict]:
-            c1 = min(c0 + width, n_steps)
+        def part(c0: int, c1: int) -> tuple[int, int, np.ndarray | slice, dict]:
             present = matrix.present[:, c0:c1]
             rows: np.ndarray | slice = slice(None)
             groups = group_rows
@@ -369,8 +368,13 @@ class _JudgedRun:
                 None if moving is None else moving[rows, c0:c1], sources,
             )
 
-        for judged in in_threads(block, range(0, n_steps, width)):
-            self._keep(*judged)
+        def block(c0: int) -> list[tuple[int, int, np.ndarray | slice, dict]]:
+            c1 = min(c0 + width, n_steps)
+            return [part(*bounds) for bounds in _parts(skipped_steps, c0, c1)]
+
+        for parts in in_threads(block, range(0, n_steps, width)):
+            for judged in parts:
+                self._keep(*judged)
         self._nowhere = np.zeros(n_steps, bool)
         self._nowhere.flags.writeable = False
         self._every = np.ones(n_steps, bool)
@@ -494,6 +498,30 @@ class _JudgedRun:
             values=v[at], gaps=log_v[at] - peer_log[at], band=self.band, kind=self.kinds[row],
         )
         return table.BY_NAME[reason].words(evidence)
+
+
+# A block's parts cut around its skipped steps: at most this many runs of skipped bytes a
+# block (more: the block is judged whole).
+_MAX_SKIPPED_RUNS = 16
+
+
+def _parts(skipped_steps: np.ndarray, c0: int, c1: int) -> list[tuple[int, int]]:
+    """The columns [c0, c1) of a block (c0 a multiple of 8) as the parts it is judged in:
+    the bytes of kept bits (8 columns each) that hold a skipped step apart from the others,
+    so that the rest stays a clean block (judged, and where every ratio is logged, finite
+    and > 0, each condition decided for the whole part at once); the block whole when it
+    has no skipped step, or too many runs of them."""
+    skipped = skipped_steps[c0:c1]
+    if not skipped.any():
+        return [(c0, c1)]
+    padded = np.zeros(-(-len(skipped) // 8) * 8, bool)
+    padded[:len(skipped)] = skipped
+    in_byte = padded.reshape(-1, 8).any(axis=1)
+    edges = (np.flatnonzero(in_byte[1:] != in_byte[:-1]) + 1).tolist()
+    if len(edges) > 2 * _MAX_SKIPPED_RUNS:
+        return [(c0, c1)]
+    cuts = [0, *edges, len(in_byte)]
+    return [(c0 + 8 * a, min(c0 + 8 * b, c1)) for a, b in zip(cuts, cuts[1:])]
 
 
 # Of each byte of np.packbits (the first column its high bit), the columns of its first and

@@ -410,6 +410,37 @@ def test_a_layer_absent_from_a_block_is_left_out_of_it_with_the_same_judgement(
             assert judgement.judge_layers(matrix, *settings, kinds) == left_out
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_blocks_cut_around_skipped_steps_judge_as_whole_blocks(monkeypatch, seed):
+    """A block of steps with skipped steps is judged in parts (the bytes of kept bits that
+    hold a skipped step apart from the rest): the parts tile the block on byte bounds, and
+    the judgement is the one of whole blocks, field for field."""
+    rng = np.random.default_rng(seed)
+    n, kinds = 700, [M, M, M, M, V, V, V]
+    rows = {f"{k}{i}": list(10.0 ** rng.normal(-3 if k == M else -2, 0.4, n))
+            for i, k in enumerate(kinds)}
+    rows["matrix1"][300:340] = [x * 1e-4 for x in rows["matrix1"][300:340]]  # a slow outlier
+    rows["vector5"][500] = math.inf
+    skipped = sorted(set(rng.integers(0, n, int(rng.integers(1, 40))).tolist()))
+    for values in rows.values():
+        for step in skipped:
+            values[step] = 0.0
+    matrix = run_of(rows, skipped=skipped)
+    monkeypatch.setattr(judgement, "_BLOCK_CELLS", 96 * len(kinds))  # blocks of 96 steps
+    for c0 in range(0, n, 96):
+        parts = judgement._parts(matrix.skipped_mask, c0, min(c0 + 96, n))
+        assert [a for a, _ in parts[1:]] == [b for _, b in parts[:-1]]  # they tile it
+        assert parts[0][0] == c0 and parts[-1][1] == min(c0 + 96, n)
+        assert all(a % 8 == 0 for a, _ in parts)
+    assert len(judgement._parts(matrix.skipped_mask, 0, 96)) > 1 or not any(
+        s < 96 for s in skipped)
+    for settings in [(None, None, 3), (1e-4, 1e-2, 2)]:
+        in_parts = judgement.judge_layers(matrix, *settings, kinds)
+        with monkeypatch.context() as whole:
+            whole.setattr(judgement, "_MAX_SKIPPED_RUNS", -1)
+            assert judgement.judge_layers(matrix, *settings, kinds) == in_parts
+
+
 def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
     """The Frobenius ratios as evidence that the run moves, per spectral layer and step: a
     layer's own Frobenius row does not count, steps the reference lacks are False, skipped
