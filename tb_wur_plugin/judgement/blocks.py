@@ -186,10 +186,18 @@ class _Block:
         self.any_skipped = bool(skipped_steps.any())
         self.all_present = bool(present.all())
         n_rows, n_cols = values.shape
-        self.clean = False  # every cell logged, judged, finite and > 0
-        if values.size and self.all_present and not self.any_skipped:
-            self.low, self.high = values.min(), values.max()
-            self.clean = bool(self.low > 0 and self.high < np.inf)  # (NaN: False)
+        # every logged cell judged, finite and > 0 (`low`, `high`: their range), and every
+        # cell logged too
+        self.logged_clean = self.clean = False
+        if values.size and not self.any_skipped:
+            if self.all_present:
+                self.low, self.high = values.min(), values.max()
+            else:
+                self.low = values.min(where=present, initial=np.inf)
+                self.high = values.max(where=present, initial=-np.inf)
+            # (NaN: False; no cell logged: low > high)
+            self.logged_clean = bool(0 < self.low <= self.high < np.inf)
+            self.clean = self.logged_clean and self.all_present
         everyone = len(group_rows) == 1 and len(group_rows[0]) == n_rows
         # the groups judged against peers: (their rows, None: every row)
         self.groups = [(None if everyone else np.asarray(rows), rows)
@@ -218,32 +226,32 @@ class _Block:
 
     @computed_once
     def finite(self) -> Holds:
-        return self.judged if self.clean else _and(self.judged, np.isfinite(self.v))
+        return self.judged if self.logged_clean else _and(self.judged, np.isfinite(self.v))
 
     @computed_once
     def positive(self) -> Holds:
-        return self.finite if self.clean else _and(self.finite, self.v > 0)
+        return self.finite if self.logged_clean else _and(self.finite, self.v > 0)
 
     @computed_once
     def broken(self) -> Holds:
         with np.errstate(invalid="ignore"):
-            return False if self.clean else _and(self.present, ~(self.v >= 0))
+            return False if self.logged_clean else _and(self.present, ~(self.v >= 0))
 
     @computed_once
     def infinite(self) -> Holds:
-        return False if self.clean else _and(self.present, self.v == np.inf)
+        return False if self.logged_clean else _and(self.present, self.v == np.inf)
 
     @computed_once
     def nonfinite(self) -> Holds:
-        return False if self.clean else _and(self.present, ~np.isfinite(self.v))
+        return False if self.logged_clean else _and(self.present, ~np.isfinite(self.v))
 
     @computed_once
     def below(self) -> Holds:
-        return _and(self.finite, self.compare("<", self.band[0]))
+        return _and(self.finite, self.compare("<", self.band[0], logged_only=True))
 
     @computed_once
     def above(self) -> Holds:
-        return _and(self.finite, self.compare(">", self.band[1]))
+        return _and(self.finite, self.compare(">", self.band[1], logged_only=True))
 
     @computed_once
     def out_of_band(self) -> Holds:
@@ -271,7 +279,7 @@ class _Block:
             covered |= peers.enough & (peers.r_lo >= least)
         if covered.all():
             return True
-        reaches = _and(self.finite, self.compare(">=", RUN_MOVING_FROM))
+        reaches = _and(self.finite, self.compare(">=", RUN_MOVING_FROM, logged_only=True))
         if reaches is False:
             return moving
         if reaches is True:
@@ -279,10 +287,11 @@ class _Block:
         others = (reaches.sum(axis=0)[None, :] - reaches) > 0
         return _or(others, moving)
 
-    def compare(self, op: str, threshold: float) -> Holds:
-        """`ratio op threshold` at each cell, as float64 compares (NaN: False)."""
+    def compare(self, op: str, threshold: float, logged_only: bool = False) -> Holds:
+        """`ratio op threshold` at each cell, as float64 compares (NaN: False); with
+        `logged_only`, at each logged cell (what it gives elsewhere is not to be read)."""
         op, b = _bound(op, threshold)
-        if self.clean:  # (no NaN: the block's range decides)
+        if self.clean or (logged_only and self.logged_clean):  # (the cells' range decides)
             if (self.high <= b) if op == "<=" else (self.low >= b):
                 return True
             if (self.low > b) if op == "<=" else (self.high < b):
@@ -312,10 +321,11 @@ class _Block:
         terms = (condition,) if isinstance(condition, str) else condition.terms
         by_peers = [t for t in terms if t in _BY_PEERS
                     or (isinstance(t, table.Compare) and t.fact == "gap")]
+        logged_only = only_where_logged(condition)  # (then so is each term's use here)
         holds: Holds = True
         for t in terms:
             if isinstance(t, table.Compare) and t.fact == "values" and not by_peers:
-                holds = _and(holds, self.compare(t.op, t.threshold))
+                holds = _and(holds, self.compare(t.op, t.threshold, logged_only))
             elif isinstance(t, str) and t not in _BY_PEERS:
                 holds = _and(holds, self.fact(t))
         if not by_peers:
@@ -368,15 +378,16 @@ class _Block:
         return [(np.where(peers.enough, bottom, up), np.full(n, _MAX))]
 
     def _inside(self, v: np.ndarray, intervals: Intervals) -> Holds:
-        """Whether each ratio of `v` [R, C] lies in one of the columns' intervals."""
+        """Whether each ratio of `v` [R, C] lies in one of the columns' intervals (at the
+        logged cells: `holds` reads it where the ratio is positive only)."""
         out: Holds = False
         for low, high in intervals:
             if not (low <= high).any():
                 continue
             part: Holds = True
-            if not (self.clean and (low <= self.low).all()):
+            if not (self.logged_clean and (low <= self.low).all()):
                 part = v >= low[None, :]
-            if not (self.clean and (high >= self.high).all()):
+            if not (self.logged_clean and (high >= self.high).all()):
                 part = _and(part, v <= high[None, :])
             out = _or(out, part)
         return out
