@@ -1,17 +1,19 @@
 """numpy work shared by threads: numpy's loops run outside the GIL, so the blocks of a large
-run's arrays are computed by this thread and one more at once (the judgement of a whole run,
+run's arrays are computed by two threads at once (the judgement of a whole run,
 and the read side's heatmap reduction); and `computed_once`, a cached property that threads
 working on different objects do not wait on. Pure Python.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import itertools
 import os
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-# Threads that compute items at once, this one among them.
+# Threads that compute items at once (a pool's, made for each call).
 THREADS = min(2, os.cpu_count() or 1)
 
 _Item = TypeVar("_Item")
@@ -21,8 +23,10 @@ _Result = TypeVar("_Result")
 def in_threads(func: Callable[[_Item], _Result], items: Iterable[_Item]) -> Iterator[_Result]:
     """func(item) of each item, in order, computed THREADS at a time.
 
-    One item of each THREADS is computed on the calling thread, the others on a pool's
-    (made for the call, its threads ended when the iterator is).
+    A pool of THREADS threads (made for the call, ended with the iterator) computes the
+    items up to 2 × THREADS ahead of the one the caller reads, so that what the caller does
+    with each result runs while the pool goes on. A result that raised raises when read;
+    the items not started then are not computed.
 
     Args:
         func: a function that spends its time in numpy (or elsewhere outside the GIL).
@@ -36,15 +40,21 @@ def in_threads(func: Callable[[_Item], _Result], items: Iterable[_Item]) -> Iter
         [0, 1, 4, 9]
     """
     items = list(items)
-    if THREADS == 1:
+    if THREADS == 1 or len(items) < 2:
         yield from map(func, items)
         return
-    with concurrent.futures.ThreadPoolExecutor(THREADS - 1) as pool:
-        for i in range(0, len(items), THREADS):
-            others = [pool.submit(func, item) for item in items[i + 1:i + THREADS]]
-            yield func(items[i])
-            for other in others:
-                yield other.result()
+    pool = concurrent.futures.ThreadPoolExecutor(THREADS)
+    try:
+        waiting = iter(items)
+        ahead = collections.deque(
+            pool.submit(func, item) for item in itertools.islice(waiting, 2 * THREADS))
+        while ahead:
+            result = ahead.popleft().result()
+            for item in itertools.islice(waiting, 1):
+                ahead.append(pool.submit(func, item))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class computed_once:
