@@ -562,21 +562,26 @@ def _first_moves(matrix: Ratios) -> np.ndarray:
 
 def _streak(evaluable: np.ndarray, hit: np.ndarray, patience: int) -> np.ndarray | None:
     """The columns of the first run of at least `patience` hits among the `evaluable`
-    columns (non-evaluable columns neither extend nor break it); None when there is none."""
-    if np.count_nonzero(hit) < patience:  # fewer hits than a streak, judged or not
+    columns (non-evaluable columns neither extend nor break it); None when there is none.
+    Found from the hits' columns (hits are few): a run is hits at consecutive evaluable
+    columns."""
+    hits = np.flatnonzero(hit)
+    if len(hits) < patience:  # fewer hits than a streak, judged or not
         return None
-    everywhere = bool(evaluable.all())
-    columns = None if everywhere else np.flatnonzero(evaluable)
-    seq = hit if everywhere else hit[columns]
-    if np.count_nonzero(seq) < patience:
-        return None
-    edges = np.diff(np.concatenate([[0], seq.astype(np.int8), [0]]))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if evaluable.all():
+        ranks = hits  # (an evaluable column's rank among them: the column)
+    else:
+        hits = hits[evaluable[hits]]
+        if len(hits) < patience:
+            return None
+        ranks = np.cumsum(evaluable)[hits]  # (their ranks among the evaluable ones, + 1)
+    breaks = np.flatnonzero(np.diff(ranks) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(ranks)]])
     long = np.flatnonzero(ends - starts >= patience)
     if not len(long):
         return None
-    first, end = starts[long[0]], ends[long[0]]
-    return np.arange(first, end) if everywhere else columns[first:end]
+    return hits[starts[long[0]]:ends[long[0]]]
 
 
 # A layer's median: of more values than this, the two middle ones are first bracketed by two

@@ -441,6 +441,42 @@ def test_blocks_cut_around_skipped_steps_judge_as_whole_blocks(monkeypatch, seed
             assert judgement.judge_layers(matrix, *settings, kinds) == in_parts
 
 
+def _first_streak(evaluable, hit, patience):
+    """The definition: walk the evaluable columns; a hit extends the run, a miss breaks it."""
+    run = []
+    for column in range(len(hit)):
+        if not evaluable[column]:
+            continue
+        if not hit[column]:
+            run = []
+            continue
+        run.append(column)
+        if len(run) == patience:
+            while column + 1 < len(hit) and (not evaluable[column + 1] or hit[column + 1]):
+                column += 1
+                if evaluable[column]:
+                    run.append(column)
+            return run
+    return None
+
+
+def test_the_first_streak_is_its_definition_on_random_columns():
+    rng = np.random.default_rng(11)
+    found = 0
+    for _ in range(3000):
+        n = int(rng.integers(0, 50))
+        hit = rng.random(n) < rng.uniform(0, 1)
+        evaluable = rng.random(n) < rng.uniform(0, 1) if rng.random() < 0.7 else np.ones(n, bool)
+        patience = int(rng.integers(1, 7))
+        want = _first_streak(evaluable, hit, patience)
+        got = judgement._streak(evaluable, hit, patience)
+        assert (got is None) == (want is None), (evaluable, hit, patience, got, want)
+        if want is not None:
+            assert got.tolist() == want, (evaluable, hit, patience, got, want)
+            found += 1
+    assert found > 500
+
+
 def test_others_moving_excludes_the_layer_itself_and_aligns_steps():
     """The Frobenius ratios as evidence that the run moves, per spectral layer and step: a
     layer's own Frobenius row does not count, steps the reference lacks are False, skipped
