@@ -389,9 +389,11 @@ class _JudgedRun:
         some_rows = not (isinstance(rows, slice) and rows == slice(None))
         block_bytes = slice(c0 // 8, -(-c1 // 8))
         for key, where in holds.items():
-            everywhere_before = self._everywhere[key]
-            if where is not True or some_rows:
+            if self._everywhere[key] and (where is not True or some_rows):
                 self._everywhere[key] = False
+                if c0:  # it held at every cell of the blocks before (no bits kept for them)
+                    self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
+                    self._bits[key][:, :c0 // 8] = 255
             if where is False:
                 continue  # (the bits start all 0: most conditions hold nowhere)
             packed = None if where is True else np.packbits(where, axis=1)
@@ -399,8 +401,6 @@ class _JudgedRun:
                 continue
             if key not in self._bits and not self._everywhere[key]:
                 self._bits[key] = np.zeros((n_layers, -(-n_steps // 8)), np.uint8)
-                if everywhere_before:  # (no bits kept while it held at every cell)
-                    self._bits[key][:, :c0 // 8] = 255
             if key in self._bits:
                 self._bits[key][rows, block_bytes] = 255 if packed is None else packed
             counts = self._counts[key]

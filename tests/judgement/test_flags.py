@@ -441,6 +441,31 @@ def test_blocks_cut_around_skipped_steps_judge_as_whole_blocks(monkeypatch, seed
             assert judgement.judge_layers(matrix, *settings, kinds) == in_parts
 
 
+@pytest.mark.parametrize("gap", ["skipped", "nan"])
+def test_a_condition_at_every_cell_then_at_none_keeps_its_first_blocks(monkeypatch, gap):
+    """A condition that held at every cell of the first blocks, then at none of a block
+    (8 steps all skipped, or all NaN), then again: the first blocks' cells still hold it
+    (the layers' medians, counts and findings those of one block)."""
+    rng = np.random.default_rng(5)
+    n, kinds = 64, [M, M, M, M, V, V, V]
+    rows = {f"{k}{i}": list(10.0 ** rng.normal(-3 if k == M else -2, 0.4, n))
+            for i, k in enumerate(kinds)}
+    rows["matrix1"][30:60] = [x * 1e-4 for x in rows["matrix1"][30:60]]  # a slow outlier
+    skipped = list(range(8, 16)) + [28] if gap == "skipped" else [28]
+    for values in rows.values():
+        for step in range(8, 16):
+            values[step] = 0.0 if gap == "skipped" else math.nan
+        values[28] = 0.0
+    matrix = run_of(rows, skipped=skipped)
+    with monkeypatch.context() as whole:
+        whole.setattr(judgement, "_MAX_SKIPPED_RUNS", -1)  # one block, in one part
+        one_block = judgement.judge_layers(matrix, kinds=kinds)
+    assert any(layer["slow_outlier_since"] is not None for layer in one_block)
+    assert judgement.judge_layers(matrix, kinds=kinds) == one_block  # in parts
+    monkeypatch.setattr(judgement, "_BLOCK_CELLS", 8 * len(kinds))  # blocks of 8 steps
+    assert judgement.judge_layers(matrix, kinds=kinds) == one_block
+
+
 def _first_streak(evaluable, hit, patience):
     """The definition: walk the evaluable columns; a hit extends the run, a miss breaks it."""
     run = []
