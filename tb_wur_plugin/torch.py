@@ -514,11 +514,7 @@ class WatchHandle:
                 if self._histograms:
                     device_counts = torch_math.elementwise_counts_of(olds, news)
                 # olds := w_before − w_after = −Δw
-                sums = torch.cat(torch_math.subtract_with_sums(olds, news)).cpu().numpy()
-                n = len(indices)
-                weight_norms[indices] = torch_math.checked_norms(
-                    sums[:n], lambda k: olds[k] + news[k])
-                update_norms[indices] = torch_math.checked_norms(sums[n:], olds)
+                weight_norms[indices], update_norms[indices] = torch_math.update_norms(olds, news)
                 if self._spectral is not None:
                     matrices.extend((i, olds[k] + news[k], olds[k]) for k, i in enumerate(indices)
                                     if len(entries[i].shape) >= 2)

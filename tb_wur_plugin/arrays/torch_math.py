@@ -232,6 +232,21 @@ def subtract_with_sums(olds: list[torch.Tensor],
     return weight_sums, sums_of_squares(olds, after)
 
 
+def update_norms(olds: list[torch.Tensor],
+                 news: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """float64[n] each, on the host: ‖olds[i]‖ and ‖olds[i] − news[i]‖ (`checked_norms` of
+    `subtract_with_sums`, one transfer); olds[i] := olds[i] − news[i] in place, so that the
+    snapshot of a logged step then holds −Δw (the weights before the update: −Δw + w).
+
+    Args:
+      olds, news: as `subtract_with_sums`.
+    """
+    n = len(olds)
+    sums = torch.cat(subtract_with_sums(olds, news)).cpu().numpy()
+    return (checked_norms(sums[:n], lambda k: olds[k] + news[k]),
+            checked_norms(sums[n:], olds))
+
+
 def _blocked_subtraction(old: torch.Tensor,
                          new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """old := old − new (contiguous CPU tensors of one shape and dtype, more than

@@ -249,8 +249,8 @@ def _torch_snapshot(values: list[Any], kept: list[Any]) -> list[Any]:
 
 def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
     """float64 ratios and int64 counts of the update from `before` (a `_torch_snapshot`,
-    which then holds −Δw) to `after`, as `watch` takes them (`torch_math.subtract_with_sums`
-    on the device, one transfer); and the values after, in the work dtype."""
+    which then holds −Δw) to `after`, as `watch` takes them (`torch_math.update_norms`);
+    and the values after, in the work dtype."""
     import torch
 
     from tb_wur_plugin.arrays import torch_math
@@ -260,8 +260,5 @@ def _torch_ratios(before: list[Any], after: list[Any], histograms: bool):
         counts = None
         if histograms:
             counts = torch.stack(torch_math.elementwise_counts_of(before, news)).cpu().numpy()
-        sums = torch.cat(torch_math.subtract_with_sums(before, news)).cpu().numpy()
-        n = len(news)
-        weight_norms = torch_math.checked_norms(sums[:n], lambda i: before[i] + news[i])
-        update_norms = torch_math.checked_norms(sums[n:], before)
+        weight_norms, update_norms = torch_math.update_norms(before, news)
     return ratios_from_norms(update_norms, weight_norms), counts, news
