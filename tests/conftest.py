@@ -61,6 +61,8 @@ COST = {  # seconds in a full parallel run (2026-12-05 06:58 UTC, pytest --durat
     "tests/browser/test_frontend.py::"
     "test_step_axis_flags_and_run_filter_in_chromium": 45,
     "tests/project/test_benchmarks_smoke.py::test_trainers_benchmark_smoke": 45,
+    "tests/project/test_benchmarks_smoke.py::test_keras_fit_hooks_benchmark_smoke": 25,
+    "tests/project/test_benchmarks_smoke.py::test_keras_fit_benchmark_smoke": 25,
     "tests/web/test_fuzz.py": 45,
     "tests/write/test_tf_writers_match_summary_writer.py": 45,
     "tests/frameworks/test_resume.py": 40,

@@ -4,18 +4,27 @@ import os
 import subprocess
 import sys
 
+import forked
+
 BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks")
 
 
-def _run(script, *args):
-    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--smoke", *args],
-                            capture_output=True, text=True, timeout=900)
+def _run(script, *args, tensorflow=False):
+    """The output of `python benchmarks/SCRIPT --smoke ARGS`; a script that imports
+    TensorFlow (`tensorflow=True`) runs forked from an interpreter that has imported it
+    (support/forked.py), the others in a new one."""
+    argv = [os.path.join(BENCHMARKS, script), "--smoke", *args]
+    if tensorflow:
+        code, out, err = forked.run_script(argv, timeout=900)
+        assert code == 0, out[-3000:] + err[-3000:]
+        return out
+    result = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
 
 def test_training_benchmark_smoke():
-    out = _run("training.py")
+    out = _run("training.py", tensorflow=True)
     for line in ("recommended: logged step", "watch + record_if: idle", "MEM:",
                  "fit + WeightUpdateRatioCallback"):
         assert line in out
@@ -32,7 +41,7 @@ def test_concurrency_benchmark_smoke():
 
 
 def test_stacked_sums_benchmark_smoke():
-    out = _run("stacked_sums.py")
+    out = _run("stacked_sums.py", tensorflow=True)
     for line in ("project", "no sums", "float32 rows", "rows + cond", "rows + redo", "XLA float64"):
         assert line in out
 
@@ -44,7 +53,7 @@ def test_torch_watch_benchmark_smoke():
 
 
 def test_tf1_benchmark_smoke():
-    out = _run("tf1.py")
+    out = _run("tf1.py", tensorflow=True)
     for line in ("summary step", "hook: logged step", "hook: other step"):
         assert line in out
 
@@ -77,7 +86,7 @@ def test_spectral_benchmark_smoke():
 
 
 def test_spectral_benchmark_smoke_tensorflow():
-    out = _run("spectral.py", "--frameworks", "tf")
+    out = _run("spectral.py", "--frameworks", "tf", tensorflow=True)
     assert "tf (cpu)" in out
     for line in ("spectral: logged", "spectral: other step", "spectral / frobenius"):
         assert line in out
@@ -108,12 +117,12 @@ def test_online_judgement_benchmark_smoke():
 
 def test_armijo_benchmark_train_part_smoke():
     """`armijo.py --parts train` (its other parts run in tests/armijo/test_armijo.py)."""
-    result = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, "armijo.py"), "--quick", "--parts", "train",
-         "--problems", "mlp"], capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    code, out, err = forked.run_script(
+        [os.path.join(BENCHMARKS, "armijo.py"), "--quick", "--parts", "train", "--problems", "mlp"],
+        timeout=900)
+    assert code == 0, out[-3000:] + err[-3000:]
     for line in ("the compiled train function", "plain SGD", "recommended variant / plain SGD"):
-        assert line in result.stdout
+        assert line in out
 
 
 def test_keras_fit_benchmark_smoke():
@@ -128,15 +137,15 @@ def test_keras_fit_benchmark_smoke():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "backend jax, steps_per_execution=4" in result.stdout
     assert "fit + callback(update_freq=10)" in result.stdout
-    out = _run("training.py", "--parts", "fit", "--steps-per-execution", "4")
+    out = _run("training.py", "--parts", "fit", "--steps-per-execution", "4", tensorflow=True)
     assert "steps_per_execution=4" in out and "fit + WeightUpdateRatioCallback" in out
 
 
 def test_keras_fit_hooks_benchmark_smoke():
     """benchmarks/keras_fit_hooks.py: its rounds, and its probe of traces and hook times."""
-    out = _run("keras_fit_hooks.py")
+    out = _run("keras_fit_hooks.py", tensorflow=True)
     assert "no-op hooks (again)" in out and "callback(update_freq=100)" in out
-    out = _run("keras_fit_hooks.py", "--probe")
+    out = _run("keras_fit_hooks.py", "--probe", tensorflow=True)
     assert "traces" in out and "on_train_begin" in out and "on_train_end" in out
 
 

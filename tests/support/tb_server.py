@@ -12,33 +12,17 @@ tensorboard.main` afresh instead, as before.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 
-# what every server imports anyway (tensorboard.main's start-up imports tensorflow)
-PRELOAD = ["tensorboard.main", "tensorboard.default", "tensorboard.program",
-           "tensorboard.data.server_ingester", "tensorflow", "tb_wur_plugin.plugin"]
-_fork_context = None
-_fork_lock = threading.Lock()
-
-
-def _forkserver():
-    global _fork_context
-    with _fork_lock:
-        if _fork_context is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(PRELOAD)
-            _fork_context = context
-        return _fork_context
+import forked
 
 
 def _main_is_not_rerun() -> bool:
@@ -55,12 +39,7 @@ def _main_is_not_rerun() -> bool:
 def _serve(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> None:
     """In the forked process: `tensorboard ARGV` with stdout and stderr to `log_path`."""
     os.setsid()  # its own process group: stopped with the data server it starts
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    forked.redirect_output(log_path)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -74,7 +53,7 @@ class _Forked:
     """The forked server process, with the part of subprocess.Popen's interface used here."""
 
     def __init__(self, argv: list[str], log_path: str, env: dict[str, str]):
-        self._process = _forkserver().Process(
+        self._process = forked.context().Process(
             target=_serve, args=(argv, log_path, os.getcwd(), env), daemon=True,
         )
         self._process.start()

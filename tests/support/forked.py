@@ -1,0 +1,79 @@
+"""Processes forked from one interpreter that has imported TensorFlow, Keras, TensorBoard and
+the plugin already, so that each skips the five or so seconds of CPU those imports take.
+
+One multiprocessing fork server per test process, started at the first use with `PRELOAD`
+imported: `tb_server` forks its TensorBoard servers from it, `run_script` the scripts that
+import TensorFlow (the benchmarks' smoke runs). A script that needs a fresh interpreter (an
+environment variable read at import, such as KERAS_BACKEND, or its console at start-up) runs
+as `python SCRIPT` instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import runpy
+import sys
+import tempfile
+import threading
+
+# what TensorBoard's start-up imports (tensorboard.main imports tensorflow) and what the
+# benchmarks import
+PRELOAD = ["tensorboard.main", "tensorboard.default", "tensorboard.program",
+           "tensorboard.data.server_ingester", "tensorflow", "keras", "tb_wur_plugin.plugin"]
+_context = None
+_lock = threading.Lock()
+
+
+def context() -> multiprocessing.context.ForkServerContext:
+    """The multiprocessing context whose processes fork from the preloaded server."""
+    global _context
+    with _lock:
+        if _context is None:
+            forkserver = multiprocessing.get_context("forkserver")
+            forkserver.set_forkserver_preload(PRELOAD)
+            _context = forkserver
+        return _context
+
+
+def redirect_output(stdout_path: str, stderr_path: str | None = None) -> None:
+    """In a forked process: stdout (the descriptor and sys.stdout, line buffered) appended
+    to `stdout_path`, stderr to `stderr_path` (default: the same file)."""
+    for fd, path in ((1, stdout_path), (2, stderr_path or stdout_path)):
+        opened = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _script(argv: list[str], stdout_path: str, stderr_path: str, cwd: str,
+            env: dict[str, str]) -> None:
+    """In the forked process: `python ARGV` (runs ARGV[0] as __main__ with sys.argv = ARGV)."""
+    redirect_output(stdout_path, stderr_path)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def run_script(argv: list[str], timeout: float, env: dict[str, str] | None = None
+               ) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python ARGV` run in a forked process: an uncaught
+    exception exits 1 with its traceback on stderr, sys.exit(n) exits n.
+
+    Raises:
+        TimeoutError: the script ran longer than `timeout` seconds (it is killed).
+    """
+    with tempfile.NamedTemporaryFile("w+") as out, tempfile.NamedTemporaryFile("w+") as err:
+        process = context().Process(target=_script, args=(
+            argv, out.name, err.name, os.getcwd(), dict(os.environ if env is None else env)))
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise TimeoutError(f"{argv[0]} ran over {timeout} s:\n{err.read()[-3000:]}")
+        return process.exitcode, out.read(), err.read()
