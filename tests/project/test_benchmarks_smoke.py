@@ -9,18 +9,23 @@ import forked
 BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks")
 
 
-def _run(script, *args, tensorflow=False):
-    """The output of `python benchmarks/SCRIPT --smoke ARGS`; a script that imports
-    TensorFlow (`tensorflow=True`) runs forked from an interpreter that has imported it
-    (support/forked.py), the others in a new one."""
-    argv = [os.path.join(BENCHMARKS, script), "--smoke", *args]
+def _output(argv, tensorflow=False, env=None):
+    """The stdout of `python ARGV` (asserting it exits 0); a script that imports TensorFlow
+    (`tensorflow=True`) runs forked from an interpreter that has imported it
+    (support/forked.py), the others in a new one (with the environment `env`, if given)."""
     if tensorflow:
         code, out, err = forked.run_script(argv, timeout=900)
-        assert code == 0, out[-3000:] + err[-3000:]
-        return out
-    result = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    else:
+        result = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                                timeout=900, env=env)
+        code, out, err = result.returncode, result.stdout, result.stderr
+    assert code == 0, out[-3000:] + err[-3000:]
+    return out
+
+
+def _run(script, *args, tensorflow=False):
+    """The output of `python benchmarks/SCRIPT --smoke ARGS` (`_output`)."""
+    return _output([os.path.join(BENCHMARKS, script), "--smoke", *args], tensorflow)
 
 
 def test_training_benchmark_smoke():
@@ -117,10 +122,8 @@ def test_online_judgement_benchmark_smoke():
 
 def test_armijo_benchmark_train_part_smoke():
     """`armijo.py --parts train` (its other parts run in tests/armijo/test_armijo.py)."""
-    code, out, err = forked.run_script(
-        [os.path.join(BENCHMARKS, "armijo.py"), "--quick", "--parts", "train", "--problems", "mlp"],
-        timeout=900)
-    assert code == 0, out[-3000:] + err[-3000:]
+    out = _output([os.path.join(BENCHMARKS, "armijo.py"), "--quick", "--parts", "train",
+                   "--problems", "mlp"], tensorflow=True)
     for line in ("the compiled train function", "plain SGD", "recommended variant / plain SGD"):
         assert line in out
 
@@ -129,14 +132,10 @@ def test_keras_fit_benchmark_smoke():
     """benchmarks/keras_fit.py on JAX (KERAS_BACKEND) with steps_per_execution=4, and
     training.py's fit part with it on TensorFlow."""
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, "keras_fit.py"), "--smoke",
-         "--steps-per-execution", "4"],
-        capture_output=True, text=True, timeout=900, env=env,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "backend jax, steps_per_execution=4" in result.stdout
-    assert "fit + callback(update_freq=10)" in result.stdout
+    out = _output([os.path.join(BENCHMARKS, "keras_fit.py"), "--smoke", "--steps-per-execution", "4"],
+                  env=env)
+    assert "backend jax, steps_per_execution=4" in out
+    assert "fit + callback(update_freq=10)" in out
     out = _run("training.py", "--parts", "fit", "--steps-per-execution", "4", tensorflow=True)
     assert "steps_per_execution=4" in out and "fit + WeightUpdateRatioCallback" in out
 

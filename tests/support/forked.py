@@ -36,24 +36,26 @@ def context() -> multiprocessing.context.ForkServerContext:
         return _context
 
 
-def redirect_output(stdout_path: str, stderr_path: str | None = None) -> None:
-    """In a forked process: stdout (the descriptor and sys.stdout, line buffered) appended
-    to `stdout_path`, stderr to `stderr_path` (default: the same file)."""
+def enter(cwd: str, env: dict[str, str], stdout_path: str, stderr_path: str | None = None
+          ) -> None:
+    """In a forked process: work in `cwd` with the environment `env` (in place of the fork
+    server's); stdout (the descriptor and sys.stdout, line buffered) appended to
+    `stdout_path`, stderr to `stderr_path` (default: the same file)."""
     for fd, path in ((1, stdout_path), (2, stderr_path or stdout_path)):
         opened = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(opened, fd)
         os.close(opened)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def _script(argv: list[str], stdout_path: str, stderr_path: str, cwd: str,
             env: dict[str, str]) -> None:
     """In the forked process: `python ARGV` (runs ARGV[0] as __main__ with sys.argv = ARGV)."""
-    redirect_output(stdout_path, stderr_path)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
+    enter(cwd, env, stdout_path, stderr_path)
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
     runpy.run_path(argv[0], run_name="__main__")

@@ -39,10 +39,7 @@ def _main_is_not_rerun() -> bool:
 def _serve(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> None:
     """In the forked process: `tensorboard ARGV` with stdout and stderr to `log_path`."""
     os.setsid()  # its own process group: stopped with the data server it starts
-    forked.redirect_output(log_path)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
+    forked.enter(cwd, env, log_path)
     sys.argv = ["tensorboard", *argv]
     from tensorboard import main
 
