@@ -1,5 +1,6 @@
 import contextlib
 import fcntl
+import gc
 import os
 import sys
 import tempfile
@@ -214,3 +215,20 @@ def _locked(alone: bool):
 def pytest_runtest_protocol(item, nextitem):
     with _locked(item.get_closest_marker("alone") is not None):
         yield
+
+
+# --- garbage, once per module ---------------------------------------------------------------
+#
+# TensorFlow and Keras leave a worker with hundreds of thousands of long-lived objects, which
+# each full collection walks again; and a tf.data iterator left in a reference cycle waits in
+# its destructor for its threads, longer the older it is (up to a minute, in whichever later
+# test the collection happens to fall). So after a module's last test, its garbage is
+# collected while young, and what survives is frozen (gc.freeze): later collections skip it.
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if nextitem is None or nextitem.module is not item.module:
+        gc.collect()
+        gc.freeze()
