@@ -1,6 +1,7 @@
 """`watch` and `WeightUpdateRatioCallback` under `tf.distribute`.
 
-`distribute_worker.py` trains in fresh processes: one with MirroredStrategy over two
+`distribute_worker.py` trains in processes forked from the preloaded fork server
+(support/forked.py): one with MirroredStrategy over two
 logical CPUs, two local workers of MultiWorkerMirroredStrategy on 127.0.0.1. Each logged
 step must be written exactly once, by the chief (the other worker writes no summary, and its
 callback creates no file), with the numpy reference ratios of the weights before and after
@@ -13,8 +14,6 @@ their `fit` at the same step.
 import json
 import os
 import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
 import distribute_worker
+import forked
 from helpers import assert_ratios_close, ratio_series, read_events, read_packed
 from training_flags import fired, reported
 from tb_wur_plugin import metadata, wur_summary
@@ -35,25 +35,18 @@ SINGLE_DEVICE_RTOL = 1e-6
 
 
 def _start_workers(out, kind, environments):
-    return out, [
-        subprocess.Popen(
-            [sys.executable, WORKER, kind, str(out)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for env in environments
-    ]
+    """The workers, forked from the preloaded fork server (support/forked.py)."""
+    return out, [forked.start_script([WORKER, kind, str(out)], env) for env in environments]
 
 
 def _finish_workers(out, processes):
     try:
-        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in processes]
+        ended = [p.finish(TIMEOUT) for p in processes]
     finally:
         for p in processes:  # a worker whose peer failed would wait for it
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for index, (p, output) in enumerate(zip(processes, outputs)):
-        assert p.returncode == 0, f"worker {index}:\n{output[-5000:]}"
+            p.kill()
+    for index, (code, stdout, stderr) in enumerate(ended):
+        assert code == 0, f"worker {index}:\n{(stdout + stderr)[-5000:]}"
     results = []
     for task in range(len(processes)):
         with open(os.path.join(out, f"worker{task}.json")) as f:

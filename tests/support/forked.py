@@ -2,8 +2,8 @@
 the plugin already, so that each skips the five or so seconds of CPU those imports take.
 
 One multiprocessing fork server per test process, started at the first use with `PRELOAD`
-imported: `tb_server` forks its TensorBoard servers from it, `run_script` the scripts that
-import TensorFlow (the benchmarks' smoke runs). A script that needs a fresh interpreter (an
+imported: `tb_server` forks its TensorBoard servers from it, `run_script` and `start_script`
+the scripts that import TensorFlow (the benchmarks' smoke runs, the distributed workers). A script that needs a fresh interpreter (an
 environment variable read at import, such as KERAS_BACKEND, or its console at start-up) runs
 as `python SCRIPT` instead.
 """
@@ -61,21 +61,55 @@ def _script(argv: list[str], stdout_path: str, stderr_path: str, cwd: str,
     runpy.run_path(argv[0], run_name="__main__")
 
 
+class Script:
+    """`python ARGV` running in a forked process (see `start_script`)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None) -> None:
+        self.argv = list(argv)
+        self._out = tempfile.NamedTemporaryFile("w+")
+        self._err = tempfile.NamedTemporaryFile("w+")
+        self._process = context().Process(target=_script, args=(
+            self.argv, self._out.name, self._err.name, os.getcwd(),
+            dict(os.environ if env is None else env)))
+        self._process.start()
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr), once the script has ended: an uncaught exception
+        exits 1 with its traceback on stderr, sys.exit(n) exits n.
+
+        Raises:
+            TimeoutError: the script ran longer than `timeout` seconds from now (it is killed).
+        """
+        try:
+            self._process.join(timeout)
+            if self._process.exitcode is None:
+                self.kill()
+                raise TimeoutError(
+                    f"{self.argv[0]} ran over {timeout} s:\n{self._err.read()[-3000:]}")
+            return self._process.exitcode, self._out.read(), self._err.read()
+        finally:
+            self._out.close()
+            self._err.close()
+
+    def kill(self) -> None:
+        """Ends the script now if it still runs."""
+        if self._process.exitcode is None:
+            self._process.kill()
+            self._process.join()
+
+
+def start_script(argv: list[str], env: dict[str, str] | None = None) -> Script:
+    """`python ARGV` started in a forked process with the environment `env` (default: this
+    process's), in this directory; `Script.finish` waits for it."""
+    return Script(argv, env)
+
+
 def run_script(argv: list[str], timeout: float, env: dict[str, str] | None = None
                ) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `python ARGV` run in a forked process: an uncaught
-    exception exits 1 with its traceback on stderr, sys.exit(n) exits n.
+    """(exit status, stdout, stderr) of `python ARGV` run in a forked process (see
+    `Script.finish`).
 
     Raises:
         TimeoutError: the script ran longer than `timeout` seconds (it is killed).
     """
-    with tempfile.NamedTemporaryFile("w+") as out, tempfile.NamedTemporaryFile("w+") as err:
-        process = context().Process(target=_script, args=(
-            argv, out.name, err.name, os.getcwd(), dict(os.environ if env is None else env)))
-        process.start()
-        process.join(timeout)
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-            raise TimeoutError(f"{argv[0]} ran over {timeout} s:\n{err.read()[-3000:]}")
-        return process.exitcode, out.read(), err.read()
+    return start_script(argv, env).finish(timeout)
