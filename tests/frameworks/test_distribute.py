@@ -1,8 +1,8 @@
 """`watch` and `WeightUpdateRatioCallback` under `tf.distribute`.
 
 `distribute_worker.py` trains in processes forked from the preloaded fork server
-(support/forked.py): one with MirroredStrategy over two
-logical CPUs, two local workers of MultiWorkerMirroredStrategy on 127.0.0.1. Each logged
+(support/forked.py): one with MirroredStrategy over two logical CPUs, two local workers of
+MultiWorkerMirroredStrategy on 127.0.0.1. Each logged
 step must be written exactly once, by the chief (the other worker writes no summary, and its
 callback creates no file), with the numpy reference ratios of the weights before and after
 each step of that training, and with the ratios that the same training logs on one device

@@ -3,9 +3,9 @@ the plugin already, so that each skips the five or so seconds of CPU those impor
 
 One multiprocessing fork server per test process, started at the first use with `PRELOAD`
 imported: `tb_server` forks its TensorBoard servers from it, `run_script` and `start_script`
-the scripts that import TensorFlow (the benchmarks' smoke runs, the distributed workers). A script that needs a fresh interpreter (an
-environment variable read at import, such as KERAS_BACKEND, or its console at start-up) runs
-as `python SCRIPT` instead.
+the scripts that import TensorFlow (the benchmarks' smoke runs, the `tf.distribute`
+workers). A script that needs a fresh interpreter (an environment variable read at import,
+such as KERAS_BACKEND, or its console at start-up) runs as `python SCRIPT` instead.
 """
 
 from __future__ import annotations
