@@ -2,13 +2,12 @@
 
 `distribute_worker.py` trains in processes forked from the preloaded fork server
 (support/forked.py): one with MirroredStrategy over two logical CPUs, two local workers of
-MultiWorkerMirroredStrategy on 127.0.0.1. Each logged
-step must be written exactly once, by the chief (the other worker writes no summary, and its
-callback creates no file), with the numpy reference ratios of the weights before and after
-each step of that training, and with the ratios that the same training logs on one device
-(in this process) from the same initial weights and data. Judged while training, both
-workers' callbacks fire the same flags (those of the report on the chief's run) and stop
-their `fit` at the same step.
+MultiWorkerMirroredStrategy on 127.0.0.1. Each logged step must be written exactly once, by
+the chief (the other worker writes no summary, and its callback creates no file), with the
+numpy reference ratios of the weights before and after each step of that training, and with
+the ratios that the same training logs on one device (in this process) from the same initial
+weights and data. Judged while training, both workers' callbacks fire the same flags (those
+of the report on the chief's run) and stop their `fit` at the same step.
 """
 
 import json
