@@ -15,8 +15,6 @@ import csv
 import io
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -25,6 +23,7 @@ import tensorflow as tf
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
+import forked
 from helpers import read_packed, reference_buckets
 from suite_paths import SUPPORT
 from tb_server import TensorBoardServer
@@ -471,8 +470,9 @@ def test_the_hook_logs_the_ratios_of_the_users_own_train_op(tmp_path):
 
 
 def check_reference_variables() -> None:
-    """Run in a fresh process after tf.compat.v1.disable_v2_behavior(): the variables are
-    reference variables, and the ratios and updates are right for every optimizer."""
+    """Run in a process where nothing has run on TensorFlow, after
+    tf.compat.v1.disable_v2_behavior(): the variables are reference variables, and the
+    ratios and updates are right for every optimizer."""
     assert not tf.executing_eagerly()
     for name in OPTIMIZERS:
         mlp = Mlp(name, watched=True, histograms=True)
@@ -491,13 +491,15 @@ def check_reference_variables() -> None:
     print("reference variables OK")
 
 
-def test_reference_variables_under_disable_v2_behavior():
-    code = (
+def test_reference_variables_under_disable_v2_behavior(tmp_path):
+    """In a process forked from the preloaded fork server (support/forked.py), in which
+    nothing has run on TensorFlow yet."""
+    script = tmp_path / "reference_variables.py"
+    script.write_text(
         "import sys, tensorflow as tf; tf.compat.v1.disable_v2_behavior(); "
         f"sys.path[:0] = {[os.path.dirname(__file__), SUPPORT]!r}; "
-        "import test_compat_v1; test_compat_v1.check_reference_variables()"
+        "import test_compat_v1; test_compat_v1.check_reference_variables()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert "reference variables OK" in result.stdout
+    code, stdout, stderr = forked.run_script([str(script)], timeout=600)
+    assert code == 0, stdout[-3000:] + stderr[-5000:]
+    assert "reference variables OK" in stdout
