@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -17,6 +15,7 @@ import tensorflow as tf
 from sklearn.datasets import load_breast_cancer
 
 
+import forked
 from suite_paths import ROOT, SUPPORT
 from tb_wur_plugin import armijo
 from tb_wur_plugin.armijo.model import LOSS_SCALE_GROWTH_STEPS
@@ -170,9 +169,10 @@ def test_mirrored_strategy_takes_the_one_device_steps(tmp_path):
     out = tmp_path / "mirrored.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    done = subprocess.run([sys.executable, WORKER, str(out)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # forked from the preloaded fork server (support/forked.py), before anything ran on
+    # TensorFlow there
+    code, stdout, stderr = forked.run_script([WORKER, str(out)], timeout=600, env=env)
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
     with open(out) as f:
         results = json.load(f)
     for name in ("recommended", "momentum"):

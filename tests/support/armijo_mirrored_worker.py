@@ -3,12 +3,13 @@ tests/armijo/test_precision_distribution.py.
 
     python armijo_mirrored_worker.py OUT.json
 
-Runs in a fresh process (logical devices must be configured before TensorFlow initializes
-its devices). For each scenario it fits the same model from the same weights on the same
+Runs in a process of its own where nothing has run on TensorFlow yet (the test forks it from
+its preloaded fork server): logical devices must be configured before TensorFlow initializes
+its devices. For each scenario it fits the same model from the same weights on the same
 global batches twice, under the strategy and on one device, and saves per run the step log
 (step, step size, backtracks, loss, new loss), the final weights and, under the strategy,
-whether every variable's replicas hold the same values (and how many copies it has). It also records the error that
-another multi-replica strategy gets.
+whether every variable's replicas hold the same values (and how many copies it has). It also
+records the error that another multi-replica strategy gets.
 """
 
 from __future__ import annotations

@@ -4,15 +4,16 @@
     python distribute_worker.py multiworker OUT  # one worker of MultiWorkerMirroredStrategy
                                                  # (the cluster comes from TF_CONFIG)
 
-Runs in a fresh process: logical devices must be configured before TensorFlow initializes
-its devices, and a worker reads TF_CONFIG when its strategy is created. Every scenario logs
-into OUT/<scenario>, the same directory on every worker (as user code that does not care
-which worker it runs on would), and the process saves OUT/worker<task>.json: its pid,
-whether it is the chief, and per scenario the initial weights and the numpy reference ratios
-of each step, from the weights before and after it; for the scenario "fit_stop" (a NaN batch,
-the callback with stop_on={"nan"}) the flags the worker's callback fired and the optimizer
-steps its `fit` made. The tests import the training functions to run the same training on
-one device.
+Runs in a process of its own where nothing has run on TensorFlow yet (the tests fork it from
+their preloaded fork server): logical devices must be configured before TensorFlow
+initializes its devices, and a worker reads TF_CONFIG when its strategy is created. Every
+scenario logs into OUT/<scenario>, the same directory on every worker (as user code that
+does not care which worker it runs on would), and the process saves OUT/worker<task>.json:
+its pid, whether it is the chief, and per scenario the initial weights and the numpy
+reference ratios of each step, from the weights before and after it; for the scenario
+"fit_stop" (a NaN batch, the callback with stop_on={"nan"}) the flags the worker's callback
+fired and the optimizer steps its `fit` made. The tests import the training functions to run
+the same training on one device.
 """
 
 from __future__ import annotations
