@@ -16,7 +16,7 @@ from sklearn.datasets import load_breast_cancer
 
 
 import forked
-from suite_paths import ROOT, SUPPORT
+from suite_paths import SUPPORT
 from tb_wur_plugin import armijo
 from tb_wur_plugin.armijo.model import LOSS_SCALE_GROWTH_STEPS
 
@@ -167,11 +167,9 @@ def test_mirrored_strategy_takes_the_one_device_steps(tmp_path):
     global batches (uneven last batch included), every replica holding the same weights.
     Another multi-replica strategy is refused with a message naming it."""
     out = tmp_path / "mirrored.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
     # forked from the preloaded fork server (support/forked.py), before anything ran on
-    # TensorFlow there
-    code, stdout, stderr = forked.run_script([WORKER, str(out)], timeout=600, env=env)
+    # TensorFlow there; it imports the package the fork server imported
+    code, stdout, stderr = forked.run_script([WORKER, str(out)], timeout=600)
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     with open(out) as f:
         results = json.load(f)
