@@ -10,11 +10,11 @@ BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benc
 
 
 def _output(argv, tensorflow=False, env=None):
-    """The stdout of `python ARGV` (asserting it exits 0); a script that imports TensorFlow
-    (`tensorflow=True`) runs forked from an interpreter that has imported it
-    (support/forked.py), the others in a new one (with the environment `env`, if given)."""
+    """The stdout of `python ARGV` with the environment `env` (default: this process's),
+    asserting it exits 0; a script that imports TensorFlow (`tensorflow=True`) runs forked
+    from an interpreter that has imported it (support/forked.py), the others in a new one."""
     if tensorflow:
-        code, out, err = forked.run_script(argv, timeout=900)
+        code, out, err = forked.run_script(argv, timeout=900, env=env)
     else:
         result = subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                                 timeout=900, env=env)
