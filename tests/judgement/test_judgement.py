@@ -220,8 +220,8 @@ def test_the_suggestion_brings_the_next_update_to_the_target(tmp_path, family, c
 
 
 @pytest.mark.parametrize("name", ["torch_killed", "torch_frozen_group", "torch_adam_layernorm"])
-def test_the_spectral_judgement_of_real_runs(tmp_path, name):
-    """The corpus's runs written with spectral ratios and judged on them (`--metric spectral`,
+def test_the_spectral_judgement_of_real_runs(corpus, name):
+    """The corpus's runs, written with spectral ratios too, judged on them (`--metric spectral`,
     `/flags?metric=spectral`): the matrices of the expected flags, with the same reasons.
     A network whose matrices all died while its last bias still moves (torch_killed) is
     `not_moving` there too: the run's Frobenius ratios say that the run moves."""
@@ -229,16 +229,15 @@ def test_the_spectral_judgement_of_real_runs(tmp_path, name):
     import io
 
     run = RUNS[name]
-    judgement_corpus.generate(str(tmp_path), [run], spectral=True)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = cli.main(["report", str(tmp_path), "--format", "json", "--metric", "spectral",
-                           "--load_fast", "false", "--fail-on-flags"])
+        status = cli.main(["report", corpus, "--run", f"^{re.escape(name)}$", "--format", "json",
+                           "--metric", "spectral", "--load_fast", "false", "--fail-on-flags"])
     (report,) = json.loads(out.getvalue())["runs"]
     matrices = {l["tag"] for l in report["layers"]}
     assert matrices and all(t.endswith("weight") for t in matrices)
     want = {t: why for t, why in run.expected.items() if t in matrices}
     assert _flags_of([l for l in report["layers"] if l["flagged"]]) == want
     assert status == (1 if want else 0)
-    answer = Backend(str(tmp_path)).json("flags", run=name, metric="spectral")
+    answer = Backend(corpus).json("flags", run=name, metric="spectral")
     assert answer["metric"] == "spectral" and _flags_of(answer["layers"]) == want

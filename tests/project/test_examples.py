@@ -14,6 +14,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 import tb_wur_plugin
+import forked
 from helpers import ratio_series, read_events
 from tb_wur_plugin import cli, metadata
 
@@ -42,18 +43,24 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _run(script, *args, tensorflow=True):
+def _run(script, *args, tensorflow=True, forked_from_preloaded=False):
     """Runs examples/SCRIPT with `args` in a new interpreter and returns its output; with
     `tensorflow=False` where TensorFlow is not installed (`WITHOUT_TENSORFLOW`), which also
-    checks that the example needs none. One OpenMP thread: PyTorch's spin-waiting threads
-    make a step ~20x slower on two cores that other processes keep busy."""
-    prefix = [] if tensorflow else ["-c", WITHOUT_TENSORFLOW]
-    result = subprocess.run(
-        [sys.executable, *prefix, os.path.join(EXAMPLES, script), *args],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout + result.stderr
+    checks that the example needs none; with `forked_from_preloaded` as `python SCRIPT` in a
+    process forked from an interpreter that has imported TensorFlow and Keras
+    (support/forked.py: the five or so seconds of CPU of their imports saved; not where the
+    console at start-up is checked). One OpenMP thread: PyTorch's spin-waiting threads make a
+    step ~20x slower on two cores that other processes keep busy."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if forked_from_preloaded:
+        code, out, err = forked.run_script([os.path.join(EXAMPLES, script), *args], 600, env)
+    else:
+        prefix = [] if tensorflow else ["-c", WITHOUT_TENSORFLOW]
+        result = subprocess.run([sys.executable, *prefix, os.path.join(EXAMPLES, script), *args],
+                                capture_output=True, text=True, timeout=600, env=env)
+        code, out, err = result.returncode, result.stdout, result.stderr
+    assert code == 0, out + err
+    return out + err
 
 
 def _needs(*modules):
@@ -89,7 +96,8 @@ def _assert_logged(series, tags, steps):
 
 
 def test_custom_loop_example_logs_every_nth_step(tmp_path):
-    _run("custom_loop.py", "--logdir", str(tmp_path), "--steps", "25", "--log_every", "10")
+    _run("custom_loop.py", "--logdir", str(tmp_path), "--steps", "25", "--log_every", "10",
+         forked_from_preloaded=True)
     series = ratio_series(str(tmp_path))
     assert len(series) == 6 and all(sorted(s) == [0, 10, 20] for s in series.values())
     events = read_events(str(tmp_path))
@@ -98,7 +106,7 @@ def test_custom_loop_example_logs_every_nth_step(tmp_path):
 
 
 def test_keras_fit_example(tmp_path):
-    _run("keras_fit.py", "--logdir", str(tmp_path), "--epochs", "1")
+    _run("keras_fit.py", "--logdir", str(tmp_path), "--epochs", "1", forked_from_preloaded=True)
     series = ratio_series(str(tmp_path / "train"))
     assert len(series) == 6 and all(sorted(s)[:2] == [0, 10] for s in series.values())
 
