@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -155,7 +156,7 @@ def test_resumed_fit_continues_its_steps(tmp_path):
 
 
 def test_ddp_two_processes_write_once(tmp_path):
-    """strategy="ddp_spawn" on 2 CPU processes: each rank's callback watches, rank 0 alone
+    """strategy="ddp_fork" on 2 CPU processes: each rank's callback watches, rank 0 alone
     writes one event file of ratios (beside the logger's own), equal to the reference of
     the full parameters (every rank holds them under DDP), steps = trainer.global_step."""
     out = str(tmp_path / "result.json")
@@ -174,6 +175,25 @@ def test_ddp_two_processes_write_once(tmp_path):
     for loader, (got, scalars) in read_back(str(tmp_path), RUN, LOGGED[-1]).items():
         assert_matches(got, want)
         assert "loss" in scalars, (loader, scalars)
+
+
+def test_the_callback_pickles_before_and_after_a_fit(tmp_path):
+    """strategy="ddp_spawn" pickles the trainer's callbacks to its ranks (the DDP test forks
+    them instead): the callback survives a pickle round trip, new and after a fit, and the
+    copy logs its own run."""
+    callback = WeightUpdateRatioCallback(every=2)
+    assert pickle.loads(pickle.dumps(callback)).every == 2
+    trainer = L.Trainer(max_steps=4, logger=TensorBoardLogger(str(tmp_path), version=0),
+                        accelerator="cpu", enable_progress_bar=False, callbacks=[callback],
+                        enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(Regression(), _data())
+    copy = pickle.loads(pickle.dumps(callback))
+    trainer = L.Trainer(max_steps=4, logger=TensorBoardLogger(str(tmp_path), version=1),
+                        accelerator="cpu", enable_progress_bar=False, callbacks=[copy],
+                        enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(Regression(), _data())
+    for version in (0, 1):
+        assert glob.glob(str(tmp_path / "lightning_logs" / f"version_{version}" / "events.out.tfevents.*.wur")), version
 
 
 def test_no_tensorboard_logger_and_no_log_dir(tmp_path):
