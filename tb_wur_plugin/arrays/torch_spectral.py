@@ -8,7 +8,12 @@ iterations on their Gram matrix MᵀM (n × n, one matrix product each), whose l
 eigenvalue is σ₁²: the same Krylov space from the same start vector, so the same
 iterations and stopping rule, but each iteration reads an n × n matrix once instead of an
 m × n matrix twice, and the matrices are not stacked (copied) into a batch.
-(benchmarks/RESULTS.md, "Spectral update ratios".)"""
+(benchmarks/RESULTS.md, "Spectral update ratios".)
+
+On the CPU, matrices of at most DIRECT_MAX_COLUMNS columns once oriented take neither: their
+Gram matrices are decomposed at once (`torch.linalg.eigh`), σ₁ = √λ₁ to the precision of the
+decomposition. There the iterations' dozens of small ops a round cost more than the whole
+decomposition of so small a matrix (benchmarks/RESULTS.md, "Small matrices on the CPU")."""
 
 from __future__ import annotations
 
@@ -23,6 +28,10 @@ from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 # Matrices of up to this many elements are stacked (copied) into one batch per shape;
 # larger ones are iterated one at a time, without a copy.
 STACKED_MAX_ELEMENTS = 1 << 20
+
+# On the CPU, the Gram matrices of matrices of at most this many columns (once oriented) are
+# decomposed directly (`_gram_eigh`) rather than iterated.
+DIRECT_MAX_COLUMNS = 64
 
 WEIGHTS, UPDATE = "weights", "update"
 
@@ -84,7 +93,10 @@ def top_singular_values(
     for indices in groups.values():
         shape = tuple(matrices[indices[0]].shape)
         starts = [state.get(keys[i], shape) for i in indices]
-        if spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
+        if matrices[indices[0]].device.type == "cpu" and shape[1] <= DIRECT_MAX_COLUMNS:
+            values, vectors = _gram_eigh(
+                torch.stack([matrices[i].mT @ matrices[i] for i in indices]))
+        elif spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
             grams = torch.stack([matrices[i].mT @ matrices[i] for i in indices])
             values, vectors = _gram_lanczos(grams, shape[0], starts)
         else:
@@ -111,6 +123,17 @@ def _start(batch: torch.Tensor, starts: list[torch.Tensor | None]) -> torch.Tens
         cold if s is None else spectral.warm_start(s.to(**like), cold) for s in starts
     ])
     return start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
+
+
+def _gram_eigh(gram: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """σ₁ (float64[b]) and the top right singular vectors ([b, n]) of matrices M from their
+    Gram matrices `gram` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch:
+    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite)."""
+    finite = torch.isfinite(gram).flatten(1).all(1)
+    values, vectors = torch.linalg.eigh(torch.where(finite[:, None, None], gram, 0.0))
+    sigmas = values[:, -1].clamp_min(0.0).sqrt().to(torch.float64).numpy()
+    sigmas[~finite.numpy()] = np.nan
+    return sigmas, torch.where(finite[:, None], vectors[..., -1], 0.0)
 
 
 def _gram_lanczos(

@@ -164,7 +164,12 @@ def test_torch_kernel_tall_matrices_on_their_gram_matrix(monkeypatch):
     assert rounds and ratios[0] == pytest.approx(expected[1] / expected[0], rel=TOLERANCE)
 
 
-def test_torch_kernel_conventions_and_small_matrices():
+@pytest.mark.parametrize("direct", [True, False], ids=["decomposed", "iterated"])
+def test_torch_kernel_conventions_and_small_matrices(direct, monkeypatch):
+    """The conventions on small matrices, decomposed at once (the CPU's way for them,
+    `torch_spectral.DIRECT_MAX_COLUMNS`) and by the iterations (a GPU's way)."""
+    if not direct:
+        monkeypatch.setattr(torch_spectral, "DIRECT_MAX_COLUMNS", 0)
     state = spectral.SpectralState()
     w = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     rank_one = torch.outer(torch.arange(1.0, 7.0), torch.ones(4)) * 1e-3  # breaks down at k=1
@@ -193,6 +198,42 @@ def test_torch_kernel_conventions_and_small_matrices():
     assert state.get(("nan_update", "update"), (6, 4)) is None  # not kept where not finite
     with pytest.raises(ValueError, match="not a matrix"):
         torch_spectral.spectral_ratios(["b"], [torch.ones(3)], [torch.ones(3)], state)
+
+
+def test_torch_kernel_decomposes_small_matrices_on_the_cpu(monkeypatch):
+    """Matrices of at most DIRECT_MAX_COLUMNS columns once oriented (tall, wide, square, a
+    convolution's, float32 and float64, several of one shape) take the decomposition, one
+    more column the iterations: σ₁ within the tolerance of numpy's SVD either way, and each
+    finite matrix's top vector kept for the next logged step."""
+    calls = []
+    for name in ("_gram_eigh", "_gram_lanczos", "_lanczos"):
+        original = getattr(torch_spectral, name)
+        monkeypatch.setattr(torch_spectral, name, lambda *a, _f=original, _n=name: (
+            calls.append((_n, tuple(a[0].shape))) or _f(*a)))
+    limit = torch_spectral.DIRECT_MAX_COLUMNS
+    generator = torch.Generator().manual_seed(7)
+    shapes = [(limit, limit), (300, limit), (limit, 300), (16, 3, 3, 3), (5, 2)]
+    matrices = [torch.randn(*shape, generator=generator) for shape in shapes]
+    matrices += [torch.randn(300, limit, generator=generator, dtype=torch.float64),
+                 torch.randn(300, limit, generator=generator)]  # a second of one shape
+    updates = [m * 1e-3 + 1e-4 * torch.randn(m.shape, generator=generator, dtype=m.dtype)
+               for m in matrices]
+    tags = [f"m{i}" for i in range(len(matrices))]
+    state = spectral.SpectralState()
+    ratios = torch_spectral.spectral_ratios(tags, matrices, updates, state)
+    np.testing.assert_allclose(
+        ratios, [reference(w.numpy(), u.numpy(), "leading") for w, u in zip(matrices, updates)],
+        rtol=TOLERANCE)
+    assert {name for name, _ in calls} == {"_gram_eigh"}, calls
+    assert len(calls) == 5  # one decomposition per shape and dtype, weights and updates together
+    assert len(state) == 2 * len(matrices)
+    calls.clear()
+    wider = torch.randn(limit + 1, limit + 1, generator=generator)
+    (ratio,) = torch_spectral.spectral_ratios(["wider"], [wider], [wider * 1e-3 + 1e-4],
+                                              spectral.SpectralState())
+    assert ratio == pytest.approx(reference(wider.numpy(), (wider * 1e-3 + 1e-4).numpy(),
+                                            "leading"), rel=TOLERANCE)
+    assert [name for name, _ in calls] == ["_gram_lanczos"], calls
 
 
 def test_torch_kernel_16_bit_and_large_matrices():
@@ -309,7 +350,7 @@ def test_jax_kernel_cold_start_on_an_adam_update():
 
 
 @pytest.mark.parametrize("kernel", ["torch", "jax"])
-def test_gram_iterations_stop_at_an_invariant_subspace(kernel):
+def test_gram_iterations_stop_at_an_invariant_subspace(kernel, monkeypatch):
     """Rank-one and rank-two matrices (the update of a one-channel convolution, of a layer
     fed one example): the Gram iterations find the invariant subspace after one or two
     iterations (`spectral.GRAM_BREAKDOWN` ends the basis there): σ₁ within the tolerance,
@@ -326,6 +367,8 @@ def test_gram_iterations_stop_at_an_invariant_subspace(kernel):
     expected = [np.linalg.norm(m.astype(np.float64), 2) for m in cases]
     keys = [(str(i), "update") for i in range(len(cases))]
     state = spectral.SpectralState()
+    # the iterations, also where the CPU would decompose these small matrices at once
+    monkeypatch.setattr(torch_spectral, "DIRECT_MAX_COLUMNS", 0)
     for scale in (1.0, 1.5):  # cold, then warm (the same directions, another size)
         if kernel == "torch":
             got = torch_spectral.top_singular_values(
