@@ -93,12 +93,11 @@ def top_singular_values(
     for indices in groups.values():
         shape = tuple(matrices[indices[0]].shape)
         starts = [state.get(keys[i], shape) for i in indices]
-        if matrices[indices[0]].device.type == "cpu" and shape[1] <= DIRECT_MAX_COLUMNS:
-            values, vectors = _gram_eigh(
-                torch.stack([matrices[i].mT @ matrices[i] for i in indices]))
-        elif spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
+        if spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
             grams = torch.stack([matrices[i].mT @ matrices[i] for i in indices])
-            values, vectors = _gram_lanczos(grams, shape[0], starts)
+            decomposed = (_gram_eigh(grams) if grams.device.type == "cpu"
+                          and shape[1] <= DIRECT_MAX_COLUMNS else None)
+            values, vectors = decomposed or _gram_lanczos(grams, shape[0], starts)
         else:
             batch = (matrices[indices[0]][None] if len(indices) == 1
                      else torch.stack([matrices[i] for i in indices]))
@@ -125,12 +124,16 @@ def _start(batch: torch.Tensor, starts: list[torch.Tensor | None]) -> torch.Tens
     return start / _safe(torch.linalg.vector_norm(start, dim=1, keepdim=True))
 
 
-def _gram_eigh(gram: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+def _gram_eigh(gram: torch.Tensor) -> tuple[np.ndarray, torch.Tensor] | None:
     """σ₁ (float64[b]) and the top right singular vectors ([b, n]) of matrices M from their
     Gram matrices `gram` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch:
-    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite)."""
+    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite); None where the
+    decomposition did not converge (LAPACK's error: the iterations are taken instead)."""
     finite = torch.isfinite(gram).flatten(1).all(1)
-    values, vectors = torch.linalg.eigh(torch.where(finite[:, None, None], gram, 0.0))
+    try:
+        values, vectors = torch.linalg.eigh(torch.where(finite[:, None, None], gram, 0.0))
+    except torch.linalg.LinAlgError:
+        return None
     sigmas = values[:, -1].clamp_min(0.0).sqrt().to(torch.float64).numpy()
     sigmas[~finite.numpy()] = np.nan
     return sigmas, torch.where(finite[:, None], vectors[..., -1], 0.0)

@@ -236,6 +236,21 @@ def test_torch_kernel_decomposes_small_matrices_on_the_cpu(monkeypatch):
     assert [name for name, _ in calls] == ["_gram_lanczos"], calls
 
 
+def test_torch_kernel_iterates_where_the_decomposition_fails(monkeypatch):
+    """Where LAPACK's decomposition does not converge (`torch.linalg.LinAlgError`), the
+    iterations take the batch: σ₁ still within the tolerance, no error."""
+    def fails(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+
+    monkeypatch.setattr(torch.linalg, "eigh", fails)
+    generator = torch.Generator().manual_seed(8)
+    weight = torch.randn(40, 20, generator=generator)
+    update = weight * 1e-3 + 1e-4 * torch.randn(40, 20, generator=generator)
+    (ratio,) = torch_spectral.spectral_ratios(["w"], [weight], [update], spectral.SpectralState())
+    assert ratio == pytest.approx(reference(weight.numpy(), update.numpy(), "leading"),
+                                  rel=TOLERANCE)
+
+
 def test_torch_kernel_16_bit_and_large_matrices():
     """bfloat16 parameters in float32; a matrix above STACKED_MAX_ELEMENTS on its own."""
     generator = torch.Generator().manual_seed(5)
