@@ -2,8 +2,9 @@
 iterations of `arrays.spectral`, batched over the matrices of one shape, one jitted call per
 round of iterations, warm-started from a `spectral.SpectralState`; matrices of few columns
 (`spectral.uses_gram`) by the equivalent symmetric Lanczos iterations on their Gram
-matrices MᵀM (σ₁ = √λ₁). Used by `tb_wur_plugin.jax` and the Keras JAX backend. Imports
-no TensorFlow module."""
+matrices MᵀM (σ₁ = √λ₁); on the CPU those of fewer still (`spectral.decomposed_on_cpu`)
+by one eigendecomposition of their Gram matrices. Used by `tb_wur_plugin.jax` and the Keras
+JAX backend. Imports no TensorFlow module."""
 
 from __future__ import annotations
 
@@ -84,7 +85,12 @@ def top_singular_values(
         starts = [state.get(keys[i], oriented) for i in indices]
         if spectral.uses_gram(oriented):
             grams = _grams([matrices[i][0] for i in indices], shape)
-            values, vectors = _gram_lanczos(grams, oriented[0], starts)
+            if spectral.decomposed_on_cpu(oriented) and all(
+                    device.platform == "cpu" for device in grams.devices()):
+                values, vectors = _gram_eigh(grams)
+                values = np.asarray(values, np.float64)
+            else:
+                values, vectors = _gram_lanczos(grams, oriented[0], starts)
         else:
             batch = _stacked([matrices[i][0] for i in indices], shape)
             values, vectors = _lanczos(batch, starts)
@@ -112,6 +118,17 @@ def _grams(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
     if shape[1] > shape[0]:
         return jnp.stack([m @ m.T for m in matrices])
     return jnp.stack([m.T @ m for m in matrices])
+
+
+@jax.jit
+def _gram_eigh(grams: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """σ₁ ([b]) and the top right singular vectors ([b, n]) of matrices M from their Gram
+    matrices `grams` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch:
+    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite)."""
+    finite = jnp.isfinite(grams).all(axis=(1, 2))
+    values, vectors = jnp.linalg.eigh(jnp.where(finite[:, None, None], grams, 0.0))
+    sigma = jnp.where(finite, jnp.sqrt(jnp.maximum(values[:, -1], 0.0)), jnp.nan)
+    return sigma, jnp.where(finite[:, None], vectors[..., -1], 0.0)
 
 
 def _start(starts: list, n: int, dtype) -> jax.Array:

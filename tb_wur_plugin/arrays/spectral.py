@@ -55,6 +55,10 @@ GRAM_TALL_COLUMNS = 1024
 # λ₁). Dropping it changes the eigenvalues by at most that much (Weyl), σ₁ by half.
 GRAM_BREAKDOWN = 1e-4
 
+# On the CPU, matrices of at most this many columns once oriented are not iterated: their
+# Gram matrices are decomposed at once (`decomposed_on_cpu`).
+DIRECT_MAX_COLUMNS = 64
+
 # The seed of the start vector of a cold start.
 COLD_START_SEED = 20231
 
@@ -88,6 +92,15 @@ def oriented(shape: Sequence[int]) -> tuple[int, int]:
     `columns` iterations the Krylov space is all of it, and the estimate exact)."""
     rows, columns = int(shape[0]), int(shape[1])
     return (columns, rows) if columns > rows else (rows, columns)
+
+
+def decomposed_on_cpu(shape: Sequence[int]) -> bool:
+    """Whether, on the CPU, an oriented matrix (`oriented`) of `shape` takes no iterations:
+    its Gram matrix (`uses_gram`) decomposed at once, σ₁ = √λ₁ to the precision of the
+    decomposition. For so few columns one decomposition costs less there than the
+    iterations' dozens of small ops a round (benchmarks/RESULTS.md, "Small matrices on the
+    CPU")."""
+    return int(shape[1]) <= DIRECT_MAX_COLUMNS
 
 
 def uses_gram(shape: Sequence[int]) -> bool:

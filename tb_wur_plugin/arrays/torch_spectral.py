@@ -10,10 +10,8 @@ iterations and stopping rule, but each iteration reads an n × n matrix once ins
 m × n matrix twice, and the matrices are not stacked (copied) into a batch.
 (benchmarks/RESULTS.md, "Spectral update ratios".)
 
-On the CPU, matrices of at most DIRECT_MAX_COLUMNS columns once oriented take neither: their
-Gram matrices are decomposed at once (`torch.linalg.eigh`), σ₁ = √λ₁ to the precision of the
-decomposition. There the iterations' dozens of small ops a round cost more than the whole
-decomposition of so small a matrix (benchmarks/RESULTS.md, "Small matrices on the CPU")."""
+On the CPU, matrices of few columns (`spectral.decomposed_on_cpu`) take neither: their Gram
+matrices are decomposed at once (`torch.linalg.eigh`)."""
 
 from __future__ import annotations
 
@@ -28,10 +26,6 @@ from tb_wur_plugin.arrays.numpy_math import ratios_from_norms
 # Matrices of up to this many elements are stacked (copied) into one batch per shape;
 # larger ones are iterated one at a time, without a copy.
 STACKED_MAX_ELEMENTS = 1 << 20
-
-# On the CPU, the Gram matrices of matrices of at most this many columns (once oriented) are
-# decomposed directly (`_gram_eigh`) rather than iterated.
-DIRECT_MAX_COLUMNS = 64
 
 WEIGHTS, UPDATE = "weights", "update"
 
@@ -96,7 +90,7 @@ def top_singular_values(
         if spectral.uses_gram(shape):  # the Gram matrices, stacked; no copy of the matrices
             grams = torch.stack([matrices[i].mT @ matrices[i] for i in indices])
             decomposed = (_gram_eigh(grams) if grams.device.type == "cpu"
-                          and shape[1] <= DIRECT_MAX_COLUMNS else None)
+                          and spectral.decomposed_on_cpu(shape) else None)
             values, vectors = decomposed or _gram_lanczos(grams, shape[0], starts)
         else:
             batch = (matrices[indices[0]][None] if len(indices) == 1

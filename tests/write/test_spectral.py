@@ -167,9 +167,9 @@ def test_torch_kernel_tall_matrices_on_their_gram_matrix(monkeypatch):
 @pytest.mark.parametrize("direct", [True, False], ids=["decomposed", "iterated"])
 def test_torch_kernel_conventions_and_small_matrices(direct, monkeypatch):
     """The conventions on small matrices, decomposed at once (the CPU's way for them,
-    `torch_spectral.DIRECT_MAX_COLUMNS`) and by the iterations (a GPU's way)."""
+    `spectral.decomposed_on_cpu`) and by the iterations (a GPU's way)."""
     if not direct:
-        monkeypatch.setattr(torch_spectral, "DIRECT_MAX_COLUMNS", 0)
+        monkeypatch.setattr(spectral, "DIRECT_MAX_COLUMNS", 0)
     state = spectral.SpectralState()
     w = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     rank_one = torch.outer(torch.arange(1.0, 7.0), torch.ones(4)) * 1e-3  # breaks down at k=1
@@ -210,7 +210,7 @@ def test_torch_kernel_decomposes_small_matrices_on_the_cpu(monkeypatch):
         original = getattr(torch_spectral, name)
         monkeypatch.setattr(torch_spectral, name, lambda *a, _f=original, _n=name: (
             calls.append((_n, tuple(a[0].shape))) or _f(*a)))
-    limit = torch_spectral.DIRECT_MAX_COLUMNS
+    limit = spectral.DIRECT_MAX_COLUMNS
     generator = torch.Generator().manual_seed(7)
     shapes = [(limit, limit), (300, limit), (limit, 300), (16, 3, 3, 3), (5, 2)]
     matrices = [torch.randn(*shape, generator=generator) for shape in shapes]
@@ -364,6 +364,41 @@ def test_jax_kernel_cold_start_on_an_adam_update():
         rel=TOLERANCE)
 
 
+def test_jax_kernel_decomposes_small_matrices_on_the_cpu(monkeypatch):
+    """As the PyTorch kernel: at most DIRECT_MAX_COLUMNS columns once oriented decomposed at
+    once, one more iterated; σ₁ within the tolerance of numpy's SVD, 0 for a zero update,
+    NaN for a NaN one."""
+    calls = []
+    for name in ("_gram_eigh", "_gram_lanczos", "_lanczos"):
+        original = getattr(jax_spectral, name)
+        monkeypatch.setattr(jax_spectral, name, lambda *a, _f=original, _n=name: (
+            calls.append(_n) or _f(*a)))
+    limit = spectral.DIRECT_MAX_COLUMNS
+    rng = np.random.default_rng(9)
+    shapes = [(limit, limit), (300, limit), (limit, 300), (3, 3, 2, 8), (5, 2)]
+    weights = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    updates = [(w * 1e-3 + 1e-4 * rng.standard_normal(w.shape)).astype(np.float32)
+               for w in weights]
+    weights += [weights[0], weights[0]]
+    updates += [np.zeros_like(weights[0]), np.full_like(weights[0], np.nan)]
+    tags = [f"m{i}" for i in range(len(weights))]
+    ratios = jax_spectral.spectral_ratios(
+        tags, [jnp.asarray(w) for w in weights], [jnp.asarray(u) for u in updates],
+        spectral.SpectralState())
+    np.testing.assert_allclose(ratios[:-2], [reference(w, u, "trailing") for w, u in
+                                             zip(weights[:-2], updates[:-2])], rtol=TOLERANCE)
+    assert ratios[-2] == 0.0 and np.isnan(ratios[-1])
+    assert set(calls) == {"_gram_eigh"}, calls
+    calls.clear()
+    wider = rng.standard_normal((limit + 1, limit + 1)).astype(np.float32)
+    (ratio,) = jax_spectral.spectral_ratios(["wider"], [jnp.asarray(wider)],
+                                            [jnp.asarray(wider * 1e-3 + 1e-4)],
+                                            spectral.SpectralState())
+    assert ratio == pytest.approx(reference(wider, wider * 1e-3 + 1e-4, "trailing"),
+                                  rel=TOLERANCE)
+    assert calls == ["_gram_lanczos"], calls
+
+
 @pytest.mark.parametrize("kernel", ["torch", "jax"])
 def test_gram_iterations_stop_at_an_invariant_subspace(kernel, monkeypatch):
     """Rank-one and rank-two matrices (the update of a one-channel convolution, of a layer
@@ -383,7 +418,7 @@ def test_gram_iterations_stop_at_an_invariant_subspace(kernel, monkeypatch):
     keys = [(str(i), "update") for i in range(len(cases))]
     state = spectral.SpectralState()
     # the iterations, also where the CPU would decompose these small matrices at once
-    monkeypatch.setattr(torch_spectral, "DIRECT_MAX_COLUMNS", 0)
+    monkeypatch.setattr(spectral, "DIRECT_MAX_COLUMNS", 0)
     for scale in (1.0, 1.5):  # cold, then warm (the same directions, another size)
         if kernel == "torch":
             got = torch_spectral.top_singular_values(
