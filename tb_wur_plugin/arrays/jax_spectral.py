@@ -85,12 +85,13 @@ def top_singular_values(
         starts = [state.get(keys[i], oriented) for i in indices]
         if spectral.uses_gram(oriented):
             grams = _grams([matrices[i][0] for i in indices], shape)
+            decomposed = None
             if spectral.decomposed_on_cpu(oriented) and all(
                     device.platform == "cpu" for device in grams.devices()):
-                values, vectors = _gram_eigh(grams)
-                values = np.asarray(values, np.float64)
-            else:
-                values, vectors = _gram_lanczos(grams, oriented[0], starts)
+                values, vectors, converged = _gram_eigh(grams)
+                if bool(converged):  # else LAPACK failed: the iterations instead
+                    decomposed = np.asarray(values, np.float64), vectors
+            values, vectors = decomposed or _gram_lanczos(grams, oriented[0], starts)
         else:
             batch = _stacked([matrices[i][0] for i in indices], shape)
             values, vectors = _lanczos(batch, starts)
@@ -121,14 +122,17 @@ def _grams(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
 
 
 @jax.jit
-def _gram_eigh(grams: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _gram_eigh(grams: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """σ₁ ([b]) and the top right singular vectors ([b, n]) of matrices M from their Gram
     matrices `grams` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch:
-    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite)."""
+    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite); and whether the
+    decomposition converged for every finite one (LAPACK's failure reads as NaNs)."""
     finite = jnp.isfinite(grams).all(axis=(1, 2))
     values, vectors = jnp.linalg.eigh(jnp.where(finite[:, None, None], grams, 0.0))
-    sigma = jnp.where(finite, jnp.sqrt(jnp.maximum(values[:, -1], 0.0)), jnp.nan)
-    return sigma, jnp.where(finite[:, None], vectors[..., -1], 0.0)
+    top = values[:, -1]
+    sigma = jnp.where(finite, jnp.sqrt(jnp.maximum(top, 0.0)), jnp.nan)
+    converged = jnp.all(~finite | jnp.isfinite(top))
+    return sigma, jnp.where(finite[:, None], vectors[..., -1], 0.0), converged
 
 
 def _start(starts: list, n: int, dtype) -> jax.Array:

@@ -399,6 +399,19 @@ def test_jax_kernel_decomposes_small_matrices_on_the_cpu(monkeypatch):
     assert calls == ["_gram_lanczos"], calls
 
 
+def test_jax_kernel_iterates_where_the_decomposition_fails(monkeypatch):
+    """Where the decomposition of a finite Gram matrix gives NaNs (how jaxlib reports that
+    LAPACK did not converge), the iterations take the batch: σ₁ within the tolerance."""
+    monkeypatch.setattr(jnp.linalg, "eigh", lambda a, **kwargs: (
+        jnp.full(a.shape[:-1], jnp.nan, a.dtype), jnp.full(a.shape, jnp.nan, a.dtype)))
+    rng = np.random.default_rng(10)
+    weight = rng.standard_normal((41, 23)).astype(np.float32)  # a shape traced nowhere else
+    update = (weight * 1e-3 + 1e-4).astype(np.float32)
+    (ratio,) = jax_spectral.spectral_ratios(["w"], [jnp.asarray(weight)], [jnp.asarray(update)],
+                                            spectral.SpectralState())
+    assert ratio == pytest.approx(reference(weight, update, "trailing"), rel=TOLERANCE)
+
+
 @pytest.mark.parametrize("kernel", ["torch", "jax"])
 def test_gram_iterations_stop_at_an_invariant_subspace(kernel, monkeypatch):
     """Rank-one and rank-two matrices (the update of a one-channel convolution, of a layer
