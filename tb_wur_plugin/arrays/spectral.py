@@ -18,7 +18,9 @@ SVD on trained weights and updates (tests/write/test_spectral.py).
 
 Each framework's kernel (`torch_spectral`, `jax_spectral`, `tf_write.spectral`) runs the
 iterations on the matrices' device; only α and β (two floats per matrix and iteration) come
-to the host here. Imports numpy only.
+to the host here. On the CPU the PyTorch and JAX kernels take a matrix of few columns
+(`decomposed_on_cpu`) without iterations: one eigendecomposition of its Gram matrix. Imports
+numpy only.
 """
 
 from __future__ import annotations
