@@ -21,6 +21,9 @@ Workloads (--model):
           8 sequences of 64 tokens (48 matrices of 256×256 to 256×1024 and their biases and
           norms); PyTorch, JAX and TensorFlow (`wur_summary.watch` in a `tf.function`, the
           logged step traced under a writer, the other step traced without one)
+  small   the same blocks at a small model's size: 4 blocks, d_model 32, 2 heads, feed-forward
+          64, a batch of 8 sequences of 16 tokens (16 matrices of 32×32 to 32×64: on the CPU
+          PyTorch and JAX decompose them at once, `spectral.decomposed_on_cpu`)
   gpt2    GPT-2 small (transformers' GPT2LMHeadModel: 12 layers, n_embd 768, 12 heads, vocab
           50257; random initialisation, nothing downloaded), a batch of 8 sequences of 512
           random tokens, the language-model loss; PyTorch only
@@ -33,6 +36,7 @@ largest eigenvalue of the smaller Gram matrix).
   python benchmarks/spectral.py                  # the table of benchmarks/RESULTS.md
   python benchmarks/spectral.py --smoke          # tiny sizes, seconds
   python benchmarks/spectral.py --frameworks jax # one framework
+  python benchmarks/spectral.py --model small     # a small model's matrices
   python benchmarks/spectral.py --frameworks tf
   python benchmarks/spectral.py --frameworks torch --model gpt2 --device cuda --check
 """
@@ -63,6 +67,8 @@ def sizes(smoke: bool, model: str) -> dict[str, int]:
         return dict(layers=12, width=768, heads=12, vocab=50257, batch=8, tokens=512)
     if smoke:
         return dict(blocks=2, width=32, heads=2, hidden=64, batch=2, tokens=8)
+    if model == "small":
+        return dict(blocks=4, width=32, heads=2, hidden=64, batch=8, tokens=16)
     return dict(blocks=12, width=256, heads=4, hidden=1024, batch=8, tokens=64)
 
 
@@ -410,7 +416,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="steps per timing")
     parser.add_argument("--frameworks", nargs="+", choices=sorted(FRAMEWORKS),
                         default=sorted(FRAMEWORKS))
-    parser.add_argument("--model", choices=("blocks", "gpt2"), default="blocks",
+    parser.add_argument("--model", choices=("blocks", "small", "gpt2"), default="blocks",
                         help="the workload (gpt2: PyTorch only)")
     parser.add_argument("--device", default="cpu",
                         help="PyTorch's device: cpu (default), cuda (JAX: cpu only)")
@@ -419,8 +425,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds")
     args = parser.parse_args()
     for name, label in (("jax", "JAX"), ("tf", "TensorFlow")):
-        if name in args.frameworks and (args.model != "blocks" or args.device != "cpu"):
-            parser.error(f"{label} runs --model blocks on --device cpu only: "
+        if name in args.frameworks and (args.model == "gpt2" or args.device != "cpu"):
+            parser.error(f"{label} runs --model blocks or small on --device cpu only: "
                          "pass --frameworks torch")
     rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
     size = sizes(args.smoke, args.model)
