@@ -193,7 +193,8 @@ def test_the_callback_pickles_before_and_after_a_fit(tmp_path):
                         enable_checkpointing=False, enable_model_summary=False)
     trainer.fit(Regression(), _data())
     for version in (0, 1):
-        assert glob.glob(str(tmp_path / "lightning_logs" / f"version_{version}" / "events.out.tfevents.*.wur")), version
+        run = tmp_path / "lightning_logs" / f"version_{version}"
+        assert glob.glob(str(run / "events.out.tfevents.*.wur")), version
 
 
 def test_no_tensorboard_logger_and_no_log_dir(tmp_path):
