@@ -85,10 +85,11 @@ class _Manual(L.LightningModule):
                            UpdateReference(opts[1], self.b, prefix="optimizer_1/b/", step_of=step_of)]
 
 
-def _fit(module, save_dir, max_steps, ckpt_path=None, spectral=False):
+def _fit(module, save_dir, max_steps, ckpt_path=None, spectral=False, callback=None, version=0):
+    callback = callback or WeightUpdateRatioCallback(spectral=spectral)
     trainer = L.Trainer(max_steps=max_steps, log_every_n_steps=EVERY, accelerator="cpu",
-                        logger=TensorBoardLogger(str(save_dir), version=0),
-                        callbacks=[WeightUpdateRatioCallback(spectral=spectral)], enable_checkpointing=False,
+                        logger=TensorBoardLogger(str(save_dir), version=version),
+                        callbacks=[callback], enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, _data(), ckpt_path=ckpt_path)
     for reference in module.references:
@@ -183,15 +184,8 @@ def test_the_callback_pickles_before_and_after_a_fit(tmp_path):
     copy logs its own run."""
     callback = WeightUpdateRatioCallback(every=2)
     assert pickle.loads(pickle.dumps(callback)).every == 2
-    trainer = L.Trainer(max_steps=4, logger=TensorBoardLogger(str(tmp_path), version=0),
-                        accelerator="cpu", enable_progress_bar=False, callbacks=[callback],
-                        enable_checkpointing=False, enable_model_summary=False)
-    trainer.fit(Regression(), _data())
-    copy = pickle.loads(pickle.dumps(callback))
-    trainer = L.Trainer(max_steps=4, logger=TensorBoardLogger(str(tmp_path), version=1),
-                        accelerator="cpu", enable_progress_bar=False, callbacks=[copy],
-                        enable_checkpointing=False, enable_model_summary=False)
-    trainer.fit(Regression(), _data())
+    _fit(_Auto(), tmp_path, 4, callback=callback)
+    _fit(_Auto(), tmp_path, 4, callback=pickle.loads(pickle.dumps(callback)), version=1)
     for version in (0, 1):
         run = tmp_path / "lightning_logs" / f"version_{version}"
         assert glob.glob(str(run / "events.out.tfevents.*.wur")), version
