@@ -85,12 +85,9 @@ def top_singular_values(
         starts = [state.get(keys[i], oriented) for i in indices]
         if spectral.uses_gram(oriented):
             grams = _grams([matrices[i][0] for i in indices], shape)
-            decomposed = None
-            if spectral.decomposed_on_cpu(oriented) and all(
-                    device.platform == "cpu" for device in grams.devices()):
-                values, vectors, converged = _gram_eigh(grams)
-                if bool(converged):  # else LAPACK failed: the iterations instead
-                    decomposed = np.asarray(values, np.float64), vectors
+            on_cpu = all(device.platform == "cpu" for device in grams.devices())
+            decomposed = (_gram_eigh(grams) if on_cpu and spectral.decomposed_on_cpu(oriented)
+                          else None)
             values, vectors = decomposed or _gram_lanczos(grams, oriented[0], starts)
         else:
             batch = _stacked([matrices[i][0] for i in indices], shape)
@@ -121,12 +118,20 @@ def _grams(arrays: list[jax.Array], shape: tuple[int, int]) -> jax.Array:
     return jnp.stack([m.T @ m for m in matrices])
 
 
+def _gram_eigh(grams: jax.Array) -> tuple[np.ndarray, jax.Array] | None:
+    """σ₁ (float64[b]) and the top right singular vectors ([b, n]) of matrices M from their
+    Gram matrices `grams` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch
+    (`_top_eigenpairs`); None where it did not converge for a finite one (LAPACK's failure
+    reads as NaNs: the iterations are taken instead)."""
+    sigma, vectors, converged = _top_eigenpairs(grams)
+    return (np.asarray(sigma, np.float64), vectors) if bool(converged) else None
+
+
 @jax.jit
-def _gram_eigh(grams: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """σ₁ ([b]) and the top right singular vectors ([b, n]) of matrices M from their Gram
-    matrices `grams` [b, n, n] = MᵀM, by one symmetric eigendecomposition of the batch:
-    σ₁ = √λ₁ (NaN, and a zero vector, where a Gram matrix is not finite); and whether the
-    decomposition converged for every finite one (LAPACK's failure reads as NaNs)."""
+def _top_eigenpairs(grams: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """σ₁ = √λ₁ ([b]) and the top eigenvectors ([b, n]) of the Gram matrices `grams`
+    [b, n, n] (NaN, and a zero vector, where a Gram matrix is not finite), and whether the
+    decomposition converged for every finite one."""
     finite = jnp.isfinite(grams).all(axis=(1, 2))
     values, vectors = jnp.linalg.eigh(jnp.where(finite[:, None, None], grams, 0.0))
     top = values[:, -1]
